@@ -1,0 +1,239 @@
+"""C++ front end: CUDA C++ source compiled at run time with NVRTC (cuda.core ``Program``) and
+linked with nvJitLink (cuda.core ``Linker``), turned into :class:`~launchpad.Kernel` objects.
+
+Compiled binaries are cached on disk (see :mod:`launchpad._cache`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import _cache, _driver
+from .errors import CompileError, LaunchpadError
+from .kernel import Kernel, from_image
+
+__all__ = ["compile_cuda", "compile_cuda_module", "compile_cuda_object", "link", "resolve_arch"]
+
+def resolve_arch(arch: str | int | tuple[int, int] | None) -> str:
+    """``"sm_90"`` from ``"sm_90"``, ``"90"``, ``90`` or ``(9, 0)``; None asks the current GPU."""
+    if arch is None:
+        import torch
+
+        major, minor = _driver.compute_capability(torch.cuda.current_device() if _driver.device_count() else 0)
+        return f"sm_{major}{minor}"
+    if isinstance(arch, tuple):
+        return f"sm_{arch[0]}{arch[1]}"
+    text = str(arch)
+    return text if text.startswith(("sm_", "compute_")) else f"sm_{text}"
+
+
+@functools.cache
+def _cuda_include_dir() -> str | None:
+    """CUDA's own headers (``cuda_fp16.h``...): NVRTC does not find them by itself."""
+    try:
+        from cuda import pathfinder
+
+        return pathfinder.find_nvidia_header_directory("cudart")
+    except Exception:
+        return None
+
+
+@functools.cache
+def _nvrtc_version() -> str:
+    try:
+        from cuda.bindings import nvrtc  # version lookup only; compiling goes through cuda.core
+
+        return ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
+    except Exception:
+        return "unknown"
+
+
+@functools.cache
+def _options_class() -> type:
+    """``ProgramOptions`` plus raw NVRTC flags it has no field for (cuda.core is imported on
+    first compile: importing it costs more than all of launchpad)."""
+    from cuda.core import ProgramOptions
+
+    class Options(ProgramOptions):
+        extra: tuple[str, ...] = ()
+
+        def as_bytes(self, backend: str, *args: Any, **kwargs: Any) -> list[bytes]:
+            return [*super().as_bytes(backend, *args, **kwargs), *(o.encode() for o in self.extra)]
+
+    return Options
+
+
+def _program_options(arch: str, std: str, defines: Mapping[str, Any] | None, include_dirs: Iterable[str],
+                     options: Iterable[str], **fields: Any) -> Any:  # fmt: skip
+    includes = [str(d) for d in include_dirs]
+    if _cuda_include_dir():
+        includes.append(_cuda_include_dir())
+    macros = [name if value is None else (name, str(value)) for name, value in (defines or {}).items()]
+    opts = _options_class()(arch=arch, std=std, include_path=includes or None, define_macro=macros or None, **fields)
+    opts.extra = tuple(options)
+    return opts
+
+
+def _compile(source: str, names: Sequence[str], output: str, arch: str, std: str, defines: Mapping[str, Any] | None,
+             include_dirs: Iterable[str], options: Iterable[str], **fields: Any) -> tuple[bytes, dict[str, str]]:  # fmt: skip
+    """Compile (or fetch from the cache) ``source``; return the binary and name -> symbol."""
+    include_dirs, options = list(map(str, include_dirs)), list(options)
+    key = _cache.cache_key(
+        "nvrtc", _nvrtc_version(), source, list(names), output, arch, std, defines, include_dirs, options, fields
+    )
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit[1], hit[0]["symbols"]
+    from cuda.core import Program
+
+    opts = _program_options(arch, std, defines, include_dirs, options, **fields)
+    try:
+        obj = Program(source, "c++", opts).compile(output, name_expressions=list(names))
+    except Exception as exc:
+        message, _, log = str(exc).partition("compilation log:")
+        raise CompileError(f"NVRTC could not compile for {arch}: {message.strip()}", log.strip("\n\0")) from None
+    symbols = {n: obj.symbol_mapping.get(n, n.encode()).decode() for n in names}
+    binary = bytes(obj.code)
+    _cache.put(key, {"symbols": symbols, "arch": arch}, binary)
+    return binary, symbols
+
+
+def compile_cuda(
+    source: str,
+    name: str,
+    *,
+    arch: str | int | None = None,
+    std: str = "c++17",
+    defines: Mapping[str, Any] | None = None,
+    include_dirs: Iterable[str | Path] = (),
+    options: Iterable[str] = (),
+    signature: str | Sequence[str] | None = None,
+) -> Kernel:
+    """Compile one kernel from CUDA C++ source to a cubin and return it as a :class:`Kernel`.
+
+    Parameters
+    ----------
+    source : str
+        CUDA C++ source; ``cuda_fp16.h`` and ``cuda_bf16.h`` are on the include path.
+    name : str
+        The kernel: an ``extern "C"`` name, a C++ name, or a template instance such as
+        ``"axpy<float>"`` (resolved through NVRTC name expressions).
+    arch : optional
+        ``"sm_90"``, ``90`` ...; default: the current GPU's (needs a GPU).
+    defines, include_dirs, options
+        Macros (``{"N": 4}``), include directories, raw NVRTC flags.
+    signature : optional
+        Parameter types in Triton's words (``"*fp32, *fp32, i32"``), checked against the binary.
+
+    Raises
+    ------
+    CompileError
+        With NVRTC's full log.
+    """
+    return compile_cuda_module(
+        source, [name], arch=arch, std=std, defines=defines, include_dirs=include_dirs, options=options,
+        signatures={name: signature} if signature is not None else None,
+    )[name]  # fmt: skip
+
+
+def compile_cuda_module(
+    source: str,
+    names: Sequence[str],
+    *,
+    arch: str | int | None = None,
+    std: str = "c++17",
+    defines: Mapping[str, Any] | None = None,
+    include_dirs: Iterable[str | Path] = (),
+    options: Iterable[str] = (),
+    signatures: Mapping[str, str | Sequence[str]] | None = None,
+) -> dict[str, Kernel]:
+    """Compile several kernels of one source at once; return them by the names given."""
+    arch = resolve_arch(arch)
+    cubin, symbols = _compile(source, names, "cubin", arch, std, defines, include_dirs, options)
+    signatures = signatures or {}
+    return {
+        name: from_image(
+            cubin, "cubin", symbols[name], signature=signatures.get(name), display_name=name,
+            metadata={"frontend": "cpp", "arch": arch},
+        )
+        for name in names
+    }  # fmt: skip
+
+
+def compile_cuda_object(
+    source: str,
+    *,
+    arch: str | int | None = None,
+    output: str = "ltoir",
+    std: str = "c++17",
+    defines: Mapping[str, Any] | None = None,
+    include_dirs: Iterable[str | Path] = (),
+    options: Iterable[str] = (),
+) -> Any:
+    """Compile relocatable device code (``ltoir`` or ``ptx``) for :func:`link`; returns a
+    cuda.core ``ObjectCode``."""
+    from cuda.core import ObjectCode
+
+    arch = resolve_arch(arch)
+    fields: dict[str, Any] = {"relocatable_device_code": True}
+    if output == "ltoir":
+        fields["link_time_optimization"] = True
+    code, _ = _compile(source, [], output, arch, std, defines, include_dirs, options, **fields)
+    return ObjectCode.from_ltoir(code) if output == "ltoir" else ObjectCode.from_ptx(code)
+
+
+def _object_code(obj: Any) -> Any:
+    """An object to link (cuda.core ``ObjectCode``), from an ObjectCode, a Kernel, bytes or a path."""
+    from cuda.core import ObjectCode
+
+    if isinstance(obj, ObjectCode):
+        return obj
+    if isinstance(obj, Kernel):
+        obj = obj.image
+    if isinstance(obj, (str, Path)):
+        obj = Path(obj).read_bytes()
+    data = bytes(obj)
+    if data[:4] == b"\xedCN\x7f":
+        return ObjectCode.from_ltoir(data)
+    if data[:4] == b"\x7fELF":
+        return ObjectCode.from_cubin(data)
+    if data[:4] == b"\x50\xed\x55\xba":
+        return ObjectCode.from_fatbin(data)
+    if b".version" in data[:4096]:
+        return ObjectCode.from_ptx(data)
+    raise LaunchpadError("cannot tell what kind of object this is (expected LTO-IR, PTX, cubin or fatbin)")
+
+
+def link(
+    objects: Iterable[Any],
+    name: str,
+    *,
+    arch: str | int | None = None,
+    signature: str | Sequence[str] | None = None,
+    display_name: str | None = None,
+    lto: bool | None = None,
+) -> Kernel:
+    """Link objects (LTO-IR, PTX, cubins, fatbins: ObjectCode, bytes or paths) with nvJitLink
+    into a cubin, and return its kernel ``name`` (the entry symbol)."""
+    from cuda.core import Linker, LinkerOptions
+
+    arch = resolve_arch(arch)
+    codes = [_object_code(o) for o in objects]
+    if lto is None:
+        lto = any(c.code_type == "ltoir" for c in codes)
+    key = _cache.cache_key("nvjitlink", _nvrtc_version(), arch, lto, [(c.code_type, bytes(c.code)) for c in codes])
+    hit = _cache.get(key)
+    if hit is not None:
+        cubin = hit[1]
+    else:
+        try:
+            cubin = bytes(Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=lto)).link("cubin").code)
+        except Exception as exc:
+            raise CompileError(f"nvJitLink could not link for {arch}", str(exc)) from None
+        _cache.put(key, {"arch": arch}, cubin)
+    return from_image(
+        cubin, "cubin", name, signature=signature, display_name=display_name, metadata={"frontend": "link", "arch": arch}
+    )

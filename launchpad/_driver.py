@@ -1,0 +1,339 @@
+"""The one module that talks to the CUDA driver (``cuda.bindings.driver``).
+
+Every call's result is checked by :func:`check`, which raises :class:`CudaError` with the
+CUresult's name, the driver's message and the call that failed. The launch hot path uses
+:data:`cuLaunchKernel` directly (it is re-exported here so that nothing else imports
+``cuda.bindings``) and hands a failed result to :func:`launch_failed`.
+
+Contexts: launchpad uses each device's primary context, the one PyTorch uses. It is retained
+once per device and made current on a thread that has none (a fresh ``threading.Thread``).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from cuda.bindings import driver as _cu
+
+from .errors import CudaError, NoDeviceError
+
+CUresult = _cu.CUresult
+SUCCESS = CUresult.CUDA_SUCCESS
+#: The raw launch entry point: ``err, = cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream, params, 0)``.
+cuLaunchKernel = _cu.cuLaunchKernel
+
+_FA = _cu.CUfunction_attribute
+_DA = _cu.CUdevice_attribute
+_LA = _cu.CUlaunchAttributeID
+
+#: Function attributes reported by ``Kernel.attributes()``, by their launchpad name.
+FUNCTION_ATTRIBUTES = {
+    "num_regs": _FA.CU_FUNC_ATTRIBUTE_NUM_REGS,
+    "shared_size_bytes": _FA.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES,
+    "max_dynamic_shared_size_bytes": _FA.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+    "const_size_bytes": _FA.CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES,
+    "local_size_bytes": _FA.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES,
+    "max_threads_per_block": _FA.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK,
+    "ptx_version": _FA.CU_FUNC_ATTRIBUTE_PTX_VERSION,
+    "binary_version": _FA.CU_FUNC_ATTRIBUTE_BINARY_VERSION,
+}
+
+_lock = threading.Lock()
+_initialized = False
+_primary: dict[int, Any] = {}  # device ordinal -> retained primary CUcontext
+
+
+def error_text(code: Any) -> tuple[str, str]:
+    """Return ``(name, message)`` of a CUresult."""
+    try:
+        name = CUresult(int(code)).name
+    except ValueError:
+        name = f"CUresult {int(code)}"
+    err, msg = _cu.cuGetErrorString(code)
+    text = msg.decode() if err == SUCCESS and msg else "unknown error"
+    return name, text
+
+
+def check(result: tuple, call: str) -> Any:
+    """Check a ``cuda.bindings`` result tuple; return its value(s) or raise :class:`CudaError`."""
+    err = result[0]
+    if err != SUCCESS:
+        raise CudaError(int(err), *error_text(err), call)
+    if len(result) == 1:
+        return None
+    return result[1] if len(result) == 2 else result[1:]
+
+
+def init() -> None:
+    """Initialize the driver once; raise :class:`NoDeviceError` when there is none."""
+    global _initialized
+    if _initialized:
+        return
+    with _lock:
+        if _initialized:
+            return
+        try:
+            result = _cu.cuInit(0)
+        except Exception as exc:  # the bindings raise when libcuda.so cannot be found
+            raise NoDeviceError(
+                f"no CUDA driver found ({exc}); compiling works without a GPU, launching needs one"
+            ) from None
+        if result[0] == CUresult.CUDA_ERROR_NO_DEVICE:
+            raise NoDeviceError("the CUDA driver reports no GPU; launching needs one")
+        check(result, "cuInit")
+        _initialized = True
+
+
+def device_count() -> int:
+    """Number of CUDA devices, 0 when there is no driver or GPU."""
+    try:
+        init()
+    except NoDeviceError:
+        return 0
+    return check(_cu.cuDeviceGetCount(), "cuDeviceGetCount")
+
+
+def driver_version() -> int:
+    init()
+    return check(_cu.cuDriverGetVersion(), "cuDriverGetVersion")
+
+
+def device_attribute(device: int, attribute: str) -> int:
+    """Read ``CU_DEVICE_ATTRIBUTE_<ATTRIBUTE>`` of a device."""
+    init()
+    attr = getattr(_DA, "CU_DEVICE_ATTRIBUTE_" + attribute.upper())
+    return check(_cu.cuDeviceGetAttribute(attr, device), "cuDeviceGetAttribute")
+
+
+def device_name(device: int) -> str:
+    init()
+    raw = check(_cu.cuDeviceGetName(256, device), "cuDeviceGetName")
+    return raw.split(b"\0", 1)[0].decode()
+
+
+def compute_capability(device: int) -> tuple[int, int]:
+    return (
+        device_attribute(device, "compute_capability_major"),
+        device_attribute(device, "compute_capability_minor"),
+    )
+
+
+def primary_context(device: int) -> Any:
+    """The device's primary context, retained once for the life of the process."""
+    ctx = _primary.get(device)
+    if ctx is None:
+        init()
+        with _lock:
+            ctx = _primary.get(device)
+            if ctx is None:
+                dev = check(_cu.cuDeviceGet(device), "cuDeviceGet")
+                ctx = check(_cu.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                _primary[device] = ctx
+    return ctx
+
+
+def ensure_context(device: int) -> bool:
+    """Make the device's primary context current on this thread unless it already is.
+
+    Returns True when the current context was changed.
+    """
+    ctx = primary_context(device)
+    current = check(_cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if current is not None and int(current) == int(ctx):
+        return False
+    check(_cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    return True
+
+
+# --- modules and functions ----------------------------------------------------------------------
+
+
+def load_function(image: bytes, name: str, device: int) -> tuple[Any, Any]:
+    """Load an image (cubin, fatbin or PTX) into ``device``'s primary context.
+
+    Returns ``(module, function)`` handles.
+    """
+    ensure_context(device)
+    module = check(_cu.cuModuleLoadData(image), "cuModuleLoadData")
+    try:
+        function = check(_cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name!r})")
+    except CudaError:
+        _cu.cuModuleUnload(module)
+        raise
+    return module, function
+
+
+def unload_module(module: Any, device: int) -> None:
+    """Unload a module; errors are ignored (this runs from finalizers)."""
+    ctx = _primary.get(device)
+    if ctx is None:
+        return
+    if _cu.cuCtxPushCurrent(ctx)[0] != SUCCESS:
+        return
+    try:
+        _cu.cuModuleUnload(module)
+    finally:
+        _cu.cuCtxPopCurrent()
+
+
+def function_attribute(function: Any, name: str) -> int:
+    return check(_cu.cuFuncGetAttribute(FUNCTION_ATTRIBUTES[name], function), "cuFuncGetAttribute")
+
+
+def set_max_dynamic_shared(function: Any, nbytes: int) -> None:
+    attr = _FA.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    check(_cu.cuFuncSetAttribute(function, attr, nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+
+
+def allow_non_portable_cluster(function: Any) -> None:
+    attr = _FA.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
+    check(_cu.cuFuncSetAttribute(function, attr, 1), "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+
+
+def param_info(function: Any) -> list[tuple[int, int]]:
+    """``(offset, size)`` of each parameter as the loaded function reports it."""
+    out = []
+    while True:
+        result = _cu.cuFuncGetParamInfo(function, len(out))
+        if result[0] != SUCCESS:
+            return out
+        out.append((int(result[1]), int(result[2])))
+
+
+def max_active_blocks_per_sm(function: Any, block_threads: int, shared_mem: int) -> int:
+    return check(
+        _cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block_threads, shared_mem),
+        "cuOccupancyMaxActiveBlocksPerMultiprocessor",
+    )
+
+
+def pointer_device(address: int) -> int | None:
+    """The device ordinal of a device pointer, or None when the driver does not know it."""
+    attr = _cu.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    result = _cu.cuPointerGetAttribute(attr, address)
+    return int(result[1]) if result[0] == SUCCESS else None
+
+
+# --- launching ----------------------------------------------------------------------------------
+
+
+def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:
+    """Handle a failed launch, ``launch(*args)``.
+
+    A thread that never touched CUDA has no current context (or another device's): make the
+    device's primary context current and launch once more. This keeps the context check off
+    the hot path. Any other error is raised as :class:`CudaError`.
+    """
+    if err in (CUresult.CUDA_ERROR_INVALID_CONTEXT, CUresult.CUDA_ERROR_INVALID_HANDLE):
+        if ensure_context(device):
+            err = launch(*args)[0]
+            if err == SUCCESS:
+                return
+    raise CudaError(int(err), *error_text(err), launch.__name__)
+
+
+_config_attrs: dict[tuple, list] = {}
+
+
+def _launch_attributes(cluster: tuple[int, int, int] | None, cooperative: bool, pdl: bool, spread: bool) -> list:
+    key = (cluster, cooperative, pdl, spread)
+    attrs = _config_attrs.get(key)
+    if attrs is None:
+        attrs = []
+        if cluster is not None:
+            a = _cu.CUlaunchAttribute()
+            a.id = _LA.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+            attrs.append(a)
+            if spread:
+                a = _cu.CUlaunchAttribute()
+                a.id = _LA.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+                a.value.clusterSchedulingPolicyPreference = (
+                    _cu.CUclusterSchedulingPolicy.CU_CLUSTER_SCHEDULING_POLICY_SPREAD
+                )
+                attrs.append(a)
+        if cooperative:
+            a = _cu.CUlaunchAttribute()
+            a.id = _LA.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            a.value.cooperative = 1
+            attrs.append(a)
+        if pdl:
+            a = _cu.CUlaunchAttribute()
+            a.id = _LA.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            a.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(a)
+        _config_attrs[key] = attrs
+    return attrs
+
+
+def launch_ex(
+    function: Any,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_mem: int,
+    stream: int,
+    params: int,
+    device: int,
+    *,
+    cluster: tuple[int, int, int] | None = None,
+    cooperative: bool = False,
+    pdl: bool = False,
+    spread: bool = False,
+) -> None:
+    """``cuLaunchKernelEx`` with cluster, cooperative and programmatic-serialization attributes."""
+    config = _cu.CUlaunchConfig()
+    config.gridDimX, config.gridDimY, config.gridDimZ = grid
+    config.blockDimX, config.blockDimY, config.blockDimZ = block
+    config.sharedMemBytes = shared_mem
+    config.hStream = _cu.CUstream(stream)
+    attrs = _launch_attributes(cluster, cooperative, pdl, spread)
+    config.attrs = attrs
+    config.numAttrs = len(attrs)
+    result = _cu.cuLaunchKernelEx(config, function, params, 0)
+    if result[0] != SUCCESS:
+        launch_failed(result[0], device, _cu.cuLaunchKernelEx, (config, function, params, 0))
+
+
+# --- tensor maps --------------------------------------------------------------------------------
+
+
+def encode_tensor_map_tiled(
+    dtype: int,
+    rank: int,
+    address: int,
+    shape: list[int],
+    strides_bytes: list[int],
+    box: list[int],
+    element_strides: list[int],
+    interleave: int,
+    swizzle: int,
+    l2_promotion: int,
+    oob_fill: int,
+) -> bytes:
+    """Encode a ``CUtensorMap`` with ``cuTensorMapEncodeTiled``; returns its 128 bytes.
+
+    ``shape``/``box``/``element_strides`` are given fastest-varying dimension first, as the
+    driver wants them; ``strides_bytes`` has ``rank - 1`` entries (the innermost stride is the
+    element size).
+    """
+    init()
+    tmap = check(
+        _cu.cuTensorMapEncodeTiled(
+            _cu.CUtensorMapDataType(dtype),
+            rank,
+            address,
+            shape,
+            strides_bytes,
+            box,
+            element_strides,
+            _cu.CUtensorMapInterleave(interleave),
+            _cu.CUtensorMapSwizzle(swizzle),
+            _cu.CUtensorMapL2promotion(l2_promotion),
+            _cu.CUtensorMapFloatOOBfill(oob_fill),
+        ),
+        "cuTensorMapEncodeTiled",
+    )
+    import ctypes
+
+    return ctypes.string_at(tmap.getPtr(), 128)

@@ -1,0 +1,576 @@
+"""Generated launch functions: one specialized Python function per kernel.
+
+PyCUDA's ``prepare`` computes a struct format once per kernel; here the whole launch is
+specialized once. For each kernel, :func:`build_launch` writes the source of a function that
+does only what that kernel's arguments need (a tensor's device, dtype and pointer; an int's
+width; an fp16 or bf16 conversion), packs everything with one precomputed ``struct`` call into a
+buffer owned by the calling thread, and calls ``cuLaunchKernel``. Errors are diagnosed off the
+hot path: the fast code checks cheaply and calls a ``_fail_*`` helper that works out the
+message.
+
+The same template yields a *prepare* twin that validates and packs but returns the launch
+instead of issuing it; ``Kernel.bind`` and zero-sized grids use it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from . import _driver
+from ._layout import POINTER_DTYPES, Param, struct_format
+from .errors import ArgumentError, ArgumentTypeError
+
+_MISSING = object()
+
+
+def _no_cuda(*_: Any) -> Any:
+    from .errors import NoDeviceError
+
+    raise NoDeviceError("this torch build has no CUDA support; launching needs a CUDA build of torch and a GPU")
+
+
+# torch's current device and raw stream: the cheapest calls torch offers (what Triton uses)
+current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", _no_cuda)
+current_raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda)
+_MAX_GRID_X = 2**31 - 1
+_MAX_GRID_YZ = 65535
+_MAX_BLOCK = (1024, 1024, 64)
+
+
+@dataclass(frozen=True)
+class Arg:
+    """How one user-visible argument (or a part of one) reaches the kernel's parameters.
+
+    kind
+        ``param``: the value fills parameter ``param``.
+        ``const``: a value the kernel was specialized on (a Triton constexpr, an int equal to 1,
+        a None); the argument must equal ``value`` and fills nothing.
+        ``expand``: ``CONVERTERS[converter](value, device, **options)`` returns the values of
+        the consecutive parameters ``params`` (a Numba array, a tensor descriptor).
+        ``scratch``: a hidden parameter, a per-launch allocation of ``options["size"]`` bytes
+        per launched block (0 gives NULL); it takes no user argument.
+    path
+        Where the value is: ``(argument position, *indices into nested tuples)``.
+    align, multiple_of
+        Specialization promises to check: pointer divisible by ``align``, int by ``multiple_of``.
+    """
+
+    name: str
+    kind: str = "param"
+    path: tuple[int, ...] = ()
+    param: int = -1
+    params: tuple[int, ...] = ()
+    value: Any = None
+    converter: str = ""
+    options: dict = field(default_factory=dict)
+    align: int = 0
+    multiple_of: int = 0
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "kind": self.kind, "path": list(self.path)}
+        for key in ("param", "params", "value", "converter", "options", "align", "multiple_of"):
+            v = getattr(self, key)
+            if v != Arg.__dataclass_fields__[key].default and v != {} and v != ():
+                out[key] = list(v) if isinstance(v, tuple) else v
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict) -> Arg:
+        d = dict(d)
+        d["path"] = tuple(d.get("path", ()))
+        d["params"] = tuple(d.get("params", ()))
+        return cls(**d)
+
+
+def plain_args(params: list[Param] | tuple[Param, ...]) -> tuple[Arg, ...]:
+    """One argument per parameter, in order: the mapping of a C++ kernel."""
+    return tuple(Arg(p.name or "", "param", (p.index,), p.index) for p in params)
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a front end fixes about every launch of a kernel."""
+
+    block: tuple[int, int, int] | None = None  # fixed block (Triton: 32 * num_warps)
+    shared_mem: int = 0  # default (or, with a fixed block, required) dynamic shared memory
+    grid_multiplier: int = 1  # grid x is multiplied by this (Triton: num_ctas)
+    cluster: tuple[int, int, int] | None = None
+    cluster_spread: bool = False
+    non_portable_cluster: bool = False
+    cooperative: bool = False
+    pdl: bool = False
+
+    def to_json(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_json(cls, d: dict) -> LaunchPlan:
+        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+
+
+#: Converters for ``expand`` arguments, by name, registered by the modules that define them.
+CONVERTERS: dict[str, Callable[..., tuple]] = {}
+
+
+# --- slow-path helpers (called only to convert unusual values or to diagnose a failure) ---------
+
+
+class Context:
+    """What the generated code and its slow paths need to know about one kernel."""
+
+    def __init__(self, kernel_name: str, params: tuple[Param, ...], args: tuple[Arg, ...]):
+        self.kernel_name = kernel_name
+        self.params = params
+        self.args = args
+
+    def where(self, arg: Arg) -> str:
+        p = self.params[arg.param] if arg.kind == "param" else None
+        loc = "".join(f"[{i}]" for i in arg.path[1:])
+        what = f"argument {arg.path[0]}{loc}" if arg.path else "argument"
+        if arg.name:
+            what += f" ({arg.name!r})"
+        return f"kernel {self.kernel_name!r}, {what}" + (f", {p.label}" if p is not None else "")
+
+    def error(self, arg: Arg, message: str, cls: type[Exception] = ArgumentError) -> Exception:
+        return cls(f"{self.where(arg)}: {message}")
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor on {value.device}"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, dtype: torch.dtype | None) -> int:
+    """Device address of any pointer-like argument, with every check; the slow path."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or isinstance(value, float):
+        raise ctx.error(arg, f"expected a device pointer (tensor), got {_describe(value)}", ArgumentTypeError)
+    if isinstance(value, int):
+        return value  # a raw device address: the caller vouches for it
+    if isinstance(value, torch.Tensor):
+        if value.device.type != "cuda":
+            raise ctx.error(arg, f"expected a CUDA tensor, got {_describe(value)}")
+        if value.get_device() != device:
+            raise ctx.error(arg, f"tensor is on cuda:{value.get_device()} but the launch is on cuda:{device}")
+        if dtype is not None and value.dtype != dtype:
+            raise ctx.error(arg, f"expected a {dtype} tensor, got {_describe(value)}", ArgumentTypeError)
+        address = value.data_ptr()
+    else:
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if cai is not None:
+            address = int(cai["data"][0])
+        elif hasattr(value, "data_ptr"):
+            address = int(value.data_ptr())
+        else:
+            raise ctx.error(arg, f"expected a tensor or device pointer, got {_describe(value)}", ArgumentTypeError)
+        if address:
+            owner = _driver.pointer_device(address)
+            if owner is None:
+                raise ctx.error(arg, f"address {address:#x} is not device memory")
+            if owner != device:
+                raise ctx.error(arg, f"memory is on cuda:{owner} but the launch is on cuda:{device}")
+    if arg.align and address % arg.align:
+        raise ctx.error(
+            arg,
+            f"pointer {address:#x} is not {arg.align}-byte aligned, but the kernel was compiled assuming it is",
+        )
+    return address
+
+
+def untyped_value(ctx: Context, arg: Arg, value: Any, device: int) -> int:
+    """Bit pattern of a value for a parameter whose size alone is known."""
+    size = ctx.params[arg.param].size
+    bits = 8 * size
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        if not -(1 << (bits - 1)) <= value < (1 << bits):
+            raise ctx.error(arg, f"int {value} does not fit in {size} bytes")
+        return value & ((1 << bits) - 1)
+    if isinstance(value, float):
+        if size == 1:
+            raise ctx.error(arg, f"cannot pack a float into a 1-byte parameter: {value!r}", ArgumentTypeError)
+        code = {2: "<e", 4: "<f", 8: "<d"}[size]
+        return int.from_bytes(struct.pack(code, value), "little")
+    itemsize = getattr(getattr(value, "dtype", None), "itemsize", None)
+    if itemsize is not None and not isinstance(value, torch.Tensor) and hasattr(value, "tobytes"):
+        if itemsize != size:
+            raise ctx.error(arg, f"{_describe(value)} is {itemsize} bytes, the parameter {size}")
+        return int.from_bytes(value.tobytes(), "little")  # a numpy scalar packs as its own bits
+    if size != 8:
+        raise ctx.error(arg, f"cannot pack {_describe(value)} into {size} bytes", ArgumentTypeError)
+    return pointer_of(ctx, arg, value, device, None)
+
+
+def bytes_value(ctx: Context, arg: Arg, value: Any) -> bytes:
+    """The bytes of an opaque by-value argument (bytes, numpy struct scalar, ctypes struct...)."""
+    size = ctx.params[arg.param].size
+    if hasattr(value, "tobytes"):
+        data = value.tobytes()
+    else:
+        try:
+            data = bytes(memoryview(value))
+        except TypeError:
+            raise ctx.error(arg, f"expected {size} bytes, got {_describe(value)}", ArgumentTypeError) from None
+    if len(data) != size:
+        raise ctx.error(arg, f"expected {size} bytes, got {len(data)}")
+    return data
+
+
+def bf16_bits(value: Any) -> int:
+    """bf16 as Triton packs it: the top 16 bits of the fp32 value (truncation)."""
+    return int.from_bytes(struct.pack("<f", value), "little") >> 16
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether an argument equals the value a kernel was specialized on (bools match only bools)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
+def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
+    """A grid or block given as an int or a 1-3 tuple, as three ints, range-checked."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        t = (value, 1, 1)
+    else:
+        try:
+            t = tuple(int(v) for v in value) + (1, 1)
+        except TypeError:
+            raise ArgumentTypeError(
+                f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {value!r}"
+            ) from None
+        if not 1 <= len(value) <= 3:
+            raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
+    x, y, z = t[:3]
+    limits = (_MAX_GRID_X, _MAX_GRID_YZ, _MAX_GRID_YZ) if what == "grid" else _MAX_BLOCK
+    low = 0 if what == "grid" else 1
+    for axis, v, limit in zip("xyz", (x, y, z), limits):
+        if not low <= v <= limit:
+            raise ArgumentError(
+                f"kernel {ctx.kernel_name!r}: {what} dimension {axis} = {v} is outside the device limit [{low}, {limit}]"
+            )
+    return x, y, z
+
+
+class RawStream:
+    """A raw stream handle that remembers its device (what ``Kernel.bind`` keeps)."""
+
+    __slots__ = ("device", "handle")
+
+    def __init__(self, handle: int, device: int):
+        self.handle = handle
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"RawStream({self.handle:#x}, device={self.device})"
+
+
+def stream_of(stream: Any) -> tuple[int, int]:
+    """``(raw handle, device)`` of an explicit stream argument."""
+    if isinstance(stream, RawStream):
+        return stream.handle, stream.device
+    if isinstance(stream, torch.cuda.Stream):
+        return stream.cuda_stream, stream.device_index
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream, current_device()
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        handle = int((proto() if callable(proto) else proto)[1])
+        device = getattr(getattr(stream, "device", None), "device_id", None)
+        return handle, current_device() if device is None else int(device)
+    raise ArgumentTypeError(
+        f"stream must be a torch.cuda.Stream, a cuda.core Stream, an int handle or have __cuda_stream__; "
+        f"got {type(stream).__name__}"
+    )
+
+
+def scratch(nbytes: int, align: int, device: int, stream: int) -> tuple[Any, int]:
+    """Per-launch scratch from torch's caching allocator, ordered on the launch stream."""
+    if nbytes == 0:
+        return None, 0
+    pad = max(align - 256, 0)  # the caching allocator already aligns to 256 bytes or more
+    buf = torch.empty(nbytes + pad, dtype=torch.uint8, device=f"cuda:{device}")
+    if stream != current_raw_stream(device):
+        buf.record_stream(torch.cuda.ExternalStream(stream, device=f"cuda:{device}"))
+    address = buf.data_ptr()
+    return buf, address + (-address % align if align else 0)
+
+
+# --- code generation ----------------------------------------------------------------------------
+
+
+def _value_source(arg: Arg) -> str:
+    return f"a{arg.path[0]}" + "".join(f"[{i}]" for i in arg.path[1:])
+
+
+def _torch_dtype(param: Param) -> torch.dtype | None:
+    name = POINTER_DTYPES.get((param.type or "*")[1:], "")
+    return getattr(torch, name, None) if name else None
+
+
+class _Writer:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.names: dict[str, Any] = {}
+
+    def emit(self, line: str, depth: int = 1) -> None:
+        self.lines.append("    " * depth + line)
+
+    def bind(self, name: str, obj: Any) -> str:
+        self.names[name] = obj
+        return name
+
+
+def build_launch(
+    ctx: Context,
+    plan: LaunchPlan,
+    entry: Callable[[int], tuple[Any, int, int]],
+    raise_shared: Callable[[int, int], int],
+    launch_ex: Callable[..., None],
+    *,
+    entries: dict,
+    prepare: bool = False,
+) -> Callable[..., Any]:
+    """Write, compile and return the launch (or prepare) function of one kernel.
+
+    ``entry(device)`` returns ``(function handle, max threads per block, dynamic shared memory
+    limit)`` for a device, loading the kernel there on first use; ``entries`` caches those
+    tuples by device (shared with the caller, who clears it on unload);
+    ``raise_shared(device, n)`` raises the limit to at least ``n`` or raises
+    ``OutOfResources``; ``launch_ex`` issues launches with attributes.
+    """
+    params, args = ctx.params, ctx.args
+    w = _Writer()
+    fmt, size = struct_format(params)
+    nargs = 1 + max((a.path[0] for a in args if a.path), default=-1)
+    arg_names = [f"a{i}=_M" for i in range(nargs)]
+    default_smem = plan.shared_mem
+    header = ", ".join(["grid", "block", *arg_names, "*_extra"])
+    w.lines.append(
+        f"def launch({header}, shared_mem={default_smem}, stream=None, cluster=None, cooperative=False, pdl=False):"
+    )
+    w.names.update(
+        _M=_MISSING, _ctx=ctx, _Tensor=torch.Tensor, _get_device=current_device,
+        _raw_stream=current_raw_stream, _stream_of=stream_of, _entries=entries,
+        _entry=entry, _raise_shared=raise_shared, _dims=dims, _fail=_fail, _pointer_of=pointer_of,
+        _untyped=untyped_value, _bytes=bytes_value, _bf16=bf16_bits, _same=same_value,
+        _scratch=scratch, _CONVERTERS=CONVERTERS, _cuLaunchKernel=_driver.cuLaunchKernel,
+        _launch_failed=_driver.launch_failed, _launch_ex=launch_ex,
+    )  # fmt: skip
+
+    # argument count: positional slots default to a sentinel, so only the last needs checking
+    last = f"a{nargs - 1} is _M or " if nargs else ""
+    w.emit(f"if {last}_extra: _fail.count(_ctx, {nargs}, _extra, ({', '.join(f'a{i}' for i in range(nargs))}{',' if nargs == 1 else ''}))")
+
+    # device and stream: torch's current ones unless a stream is given
+    w.emit("if stream is None:")
+    w.emit("dev = _get_device()", 2)
+    w.emit("hs = _raw_stream(dev)", 2)
+    w.emit("else:")
+    w.emit("hs, dev = _stream_of(stream)", 2)
+    w.emit("try:")
+    w.emit("fn, maxthr, smemlim = _entries[dev]", 2)
+    w.emit("except KeyError:")
+    w.emit("fn, maxthr, smemlim = _entries[dev] = _entry(dev)", 2)
+
+    # grid and block
+    if plan.block is None:
+        w.emit("if block.__class__ is int:")
+        w.emit("bx = block; by = bz = 1", 2)
+        w.emit("if not 0 < bx <= maxthr: _fail.block(_ctx, block, maxthr)", 2)
+        w.emit("else:")
+        w.emit("bx, by, bz = _dims(block, 'block', _ctx)", 2)
+        w.emit("if bx * by * bz > maxthr: _fail.block(_ctx, block, maxthr)", 2)
+    else:
+        w.emit(f"if block is not None and _dims(block, 'block', _ctx) != {plan.block}: _fail.fixed_block(_ctx, block, {plan.block})")
+        w.emit("bx, by, bz = {}, {}, {}".format(*plan.block))
+    zero_grid = "pass" if prepare else "return _prepare(0, block, " + ", ".join(
+        [f"a{i}" for i in range(nargs)] + ["shared_mem=shared_mem", "stream=stream", "cluster=cluster", "cooperative=cooperative", "pdl=pdl"]
+    ) + ") and None"
+    w.emit("if grid.__class__ is int:")
+    w.emit("gx = grid; gy = gz = 1", 2)
+    w.emit(f"if not 0 < gx <= {_MAX_GRID_X}:", 2)
+    w.emit("_dims(grid, 'grid', _ctx)", 3)
+    w.emit(zero_grid, 3)
+    w.emit("else:")
+    w.emit("gx, gy, gz = _dims(grid, 'grid', _ctx)", 2)
+    w.emit("if not (gx and gy and gz):", 2)
+    w.emit(zero_grid, 3)
+    if plan.grid_multiplier != 1:
+        w.emit(f"gx *= {plan.grid_multiplier}")
+    w.emit("if shared_mem > smemlim:")
+    w.emit("smemlim = _raise_shared(dev, shared_mem)", 2)
+    w.emit("_entries[dev] = (fn, maxthr, smemlim)", 2)
+
+    # the thread's own argument buffer
+    tls = threading.local()
+    w.names["_tls"] = tls
+
+    def new_state() -> tuple[Any, int]:
+        buf = (ctypes.c_char * max(size, 1))()
+        base = ctypes.addressof(buf)
+        pointers = (ctypes.c_void_p * max(len(params), 1))(*[base + p.offset for p in params])
+        tls.keep = (buf, pointers)
+        tls.state = (buf, ctypes.addressof(pointers) if params else 0)
+        return tls.state
+
+    w.names["_new_state"] = new_state
+    w.emit("try:")
+    w.emit("buf, kp = _tls.state", 2)
+    w.emit("except AttributeError:")
+    w.emit("buf, kp = _new_state()", 2)
+
+    values: dict[int, str] = {}  # param index -> expression packed for it
+    keep: list[str] = []
+    for k, arg in enumerate(args):
+        _emit_arg(w, k, arg, ctx, values, keep, prepare)
+
+    ordered = [values[p.index] for p in sorted(params, key=lambda p: p.offset)]
+    pack_args = ", ".join(ordered)
+    w.names["_pack"] = struct.Struct(fmt).pack_into
+    w.emit("try:")
+    w.emit(f"_pack(buf, 0{', ' if pack_args else ''}{pack_args})", 2)
+    w.emit("except Exception as e:")
+    w.emit(f"_fail.pack(_ctx, e, ({pack_args}{',' if len(ordered) == 1 else ''}))", 2)
+
+    attrs = plan.cluster is not None or plan.cooperative or plan.pdl
+    if prepare:
+        w.emit(f"return dev, fn, (gx, gy, gz), (bx, by, bz), shared_mem, hs, buf.raw[:{size}], ({', '.join(keep)}{',' if len(keep) == 1 else ''})")
+    else:
+        launch_args = "fn, gx, gy, gz, bx, by, bz, shared_mem, hs, kp, 0"
+        plain = ["err, = _cuLaunchKernel(" + launch_args + ")", f"if err: _launch_failed(err, dev, _cuLaunchKernel, ({launch_args}))"]
+        ex = (
+            "_launch_ex(fn, dev, (gx, gy, gz), (bx, by, bz), shared_mem, hs, kp, cluster, cooperative, pdl)"
+        )
+        if attrs:
+            w.emit(ex)
+        else:
+            w.emit("if cluster is None and cooperative is False and pdl is False:")
+            for line in plain:
+                w.emit(line, 2)
+            w.emit("else:")
+            w.emit(ex, 2)
+    source = "\n".join(w.lines) + "\n"
+    namespace = dict(w.names)
+    exec(compile(source, f"<launchpad launch {ctx.kernel_name}>", "exec"), namespace)
+    fn = namespace["launch"]
+    fn.__source__ = source
+    return fn
+
+
+def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, values: dict[int, str], keep: list[str], prepare: bool) -> None:
+    """Emit the lines that check and convert argument ``k``; record what each param packs."""
+    if arg.kind == "scratch":
+        size, align = arg.options["size"], arg.options.get("align", 1)
+        if size == 0 or prepare:
+            values[arg.param] = "0"
+        else:
+            w.emit(f"s{k}, v{k} = _scratch(gx * gy * gz * {size}, {align}, dev, hs)")
+            values[arg.param] = f"v{k}"
+        return
+    src = _value_source(arg)
+    keep.append(src if len(arg.path) == 1 else f"a{arg.path[0]}")
+    a = w.bind(f"_A{k}", arg)
+    if arg.kind == "const":
+        c = w.bind(f"_C{k}", arg.value)
+        w.emit(f"if {src} is not {c} and not _same({src}, {c}): _fail.const(_ctx, {a}, {src})")
+        return
+    if arg.kind == "expand":
+        conv = w.bind(f"_X{k}", CONVERTERS[arg.converter])
+        opts = w.bind(f"_O{k}", arg.options)
+        w.emit(f"e{k} = {conv}({src}, dev, _ctx, {a}, **{opts})")
+        for j, p in enumerate(arg.params):
+            values[p] = f"e{k}[{j}]"
+        return
+    param = ctx.params[arg.param]
+    v = f"v{k}"
+    values[arg.param] = v
+    kind = param.kind
+    if kind == "pointer":
+        dtype = _torch_dtype(param)
+        d = w.bind(f"_D{k}", dtype)
+        dtype_check = f" or {src}.dtype is not {d}" if dtype is not None else ""
+        w.emit(f"if {src}.__class__ is _Tensor:")
+        w.emit(f"if {src}.get_device() != dev{dtype_check}: _pointer_of(_ctx, {a}, {src}, dev, {d})", 2)
+        w.emit(f"{v} = {src}.data_ptr()", 2)
+        if arg.align:
+            w.emit(f"if {v} & {arg.align - 1}: _pointer_of(_ctx, {a}, {src}, dev, {d})", 2)
+        w.emit("else:")
+        w.emit(f"{v} = _pointer_of(_ctx, {a}, {src}, dev, {d})", 2)
+    elif kind == "untyped":
+        bits = 8 * param.size
+        w.emit(f"if {src}.__class__ is _Tensor and {src}.get_device() == dev:")
+        w.emit(f"{v} = {src}.data_ptr()", 2)
+        w.emit(f"elif {src}.__class__ is int and {-(1 << (bits - 1))} <= {src} < {1 << bits}:")
+        w.emit(f"{v} = {src} & {(1 << bits) - 1}", 2)
+        w.emit("else:")
+        w.emit(f"{v} = _untyped(_ctx, {a}, {src}, dev)", 2)
+    elif kind == "bytes":
+        w.emit(f"{v} = {src} if {src}.__class__ is bytes and len({src}) == {param.size} else _bytes(_ctx, {a}, {src})")
+    elif param.type == "bf16":
+        w.emit(f"{v} = _bf16({src})")
+    else:  # ints, floats and bools go straight to struct, which checks range and type
+        w.emit(f"{v} = {src}")
+        if arg.multiple_of:
+            w.emit(f"if {v} % {arg.multiple_of}: _fail.multiple(_ctx, {a}, {v})")
+
+
+class _fail:
+    """Diagnoses, off the hot path; each raises an ``ArgumentError`` naming what was wrong."""
+
+    @staticmethod
+    def count(ctx: Context, expected: int, extra: tuple, given: tuple) -> None:
+        n = sum(1 for v in given if v is not _MISSING) + len(extra)
+        names = ", ".join(dict.fromkeys(a.name for a in ctx.args if a.path and a.name))
+        raise ArgumentTypeError(
+            f"kernel {ctx.kernel_name!r} takes {expected} arguments{f' ({names})' if names else ''}, got {n}"
+        )
+
+    @staticmethod
+    def block(ctx: Context, block: Any, max_threads: int) -> None:
+        x, y, z = dims(block, "block", ctx)
+        raise ArgumentError(
+            f"kernel {ctx.kernel_name!r}: block {block!r} has {x * y * z} threads, "
+            f"the kernel allows at most {max_threads} per block"
+        )
+
+    @staticmethod
+    def fixed_block(ctx: Context, block: Any, fixed: tuple) -> None:
+        raise ArgumentError(f"kernel {ctx.kernel_name!r} was compiled for block {fixed}, got block {block!r}")
+
+    @staticmethod
+    def const(ctx: Context, arg: Arg, value: Any) -> None:
+        raise ctx.error(arg, f"the kernel was specialized for {arg.value!r}, got {_describe(value)}")
+
+    @staticmethod
+    def multiple(ctx: Context, arg: Arg, value: Any) -> None:
+        raise ctx.error(
+            arg, f"{value!r} is not a multiple of {arg.multiple_of}, but the kernel was compiled assuming it is"
+        )
+
+    @staticmethod
+    def pack(ctx: Context, error: Exception, values: tuple) -> None:
+        """Find which value struct refused and say why."""
+        by_param = {a.param: a for a in ctx.args if a.kind == "param"}
+        for p, value in zip(sorted(ctx.params, key=lambda p: p.offset), values):
+            try:
+                struct.pack("<" + p.code, value)
+            except Exception as exc:
+                arg = by_param.get(p.index, Arg(f"param {p.index}", "param", (), p.index))
+                if p.kind in ("int", "untyped") and isinstance(value, int):
+                    raise ctx.error(arg, f"{value} is out of range for {p.type or f'{p.size} bytes'}") from None
+                raise ctx.error(arg, f"cannot pack {_describe(value)} as {p.type or p.kind}: {exc}", ArgumentTypeError) from None
+        raise ArgumentError(f"kernel {ctx.kernel_name!r}: packing the arguments failed: {error}") from error

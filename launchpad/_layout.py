@@ -1,0 +1,347 @@
+"""Parameter layouts, read from the binary itself, and their packed-struct formats.
+
+A kernel's parameters are laid out by the compiler; the cubin records that layout in its
+``.nv.info.<kernel>`` section (one ``EIATTR_KPARAM_INFO`` record per parameter: ordinal,
+offset, size), which is what the driver uses. PTX declares each parameter in its ``.entry``
+list. Both are read here without a GPU. A signature in Triton's type words
+(``"*fp32, *fp32, i32"``) adds types and must agree with the binary in count and sizes.
+
+The packed argument buffer mirrors the binary's layout exactly: one ``struct`` format per
+kernel, computed once, with ``x`` pad bytes between parameters.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .errors import ArgumentError, LaunchpadError
+
+__all__ = ["BinaryKernel", "Param", "apply_signature", "kernels_in_image", "parse_signature", "read_image"]
+
+#: Scalar type words: size in bytes and the ``struct`` code the packer writes.
+SCALAR_TYPES: dict[str, tuple[int, str]] = {
+    "i1": (1, "?"), "u1": (1, "?"),
+    "i8": (1, "b"), "u8": (1, "B"),
+    "i16": (2, "h"), "u16": (2, "H"),
+    "i32": (4, "i"), "u32": (4, "I"),
+    "i64": (8, "q"), "u64": (8, "Q"),
+    "fp16": (2, "e"), "bf16": (2, "H"),  # bf16 is converted to its 16 bits before packing
+    "fp32": (4, "f"), "fp64": (8, "d"),
+}  # fmt: skip
+
+#: Element types a typed pointer may name, with the torch dtype each expects.
+POINTER_DTYPES: dict[str, str] = {
+    "fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b15": "", "fp8e4b8": "float8_e4m3fnuz",
+    "fp8e5b16": "float8_e5m2fnuz", "fp16": "float16", "bf16": "bfloat16", "fp32": "float32",
+    "fp64": "float64", "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u1": "bool", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "void": "",
+}  # fmt: skip
+
+_UNTYPED_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter as the binary lays it out.
+
+    Attributes
+    ----------
+    index : int
+        Position in the kernel's parameter list.
+    offset, size, align : int
+        Byte offset in the parameter buffer, size and alignment.
+    type : str or None
+        A type word (``"*fp32"``, ``"i32"``, ``"fp16"``, ``"bytes128"``) or None when only the
+        size is known.
+    name : str or None
+        The argument's name where known.
+    """
+
+    index: int
+    offset: int
+    size: int
+    align: int
+    type: str | None = None
+    name: str | None = None
+
+    @property
+    def kind(self) -> str:
+        """``pointer``, ``int``, ``float``, ``bool``, ``bytes`` or ``untyped`` (size known only)."""
+        t = self.type
+        if t is None:
+            return "untyped" if self.size in _UNTYPED_CODES else "bytes"
+        if t.startswith("*"):
+            return "pointer"
+        if t.startswith("bytes"):
+            return "bytes"
+        if t in ("i1", "u1"):
+            return "bool"
+        if t.startswith(("fp", "bf")):
+            return "float"
+        return "int"
+
+    @property
+    def code(self) -> str:
+        """The ``struct`` code that packs this parameter."""
+        kind = self.kind
+        if kind == "pointer":
+            return "Q"
+        if kind == "bytes":
+            return f"{self.size}s"
+        if kind == "untyped":
+            return _UNTYPED_CODES[self.size]
+        return SCALAR_TYPES[self.type][1]
+
+    @property
+    def label(self) -> str:
+        """How error messages name the parameter: ``param 2 ('n', i32)``."""
+        parts = [repr(self.name)] if self.name else []
+        if self.type:
+            parts.append(self.type)
+        return f"param {self.index}" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def type_size(word: str) -> int:
+    """Size in bytes of a value of a type word."""
+    if word.startswith("*"):
+        return 8
+    if word.startswith("bytes"):
+        return int(word[5:])
+    try:
+        return SCALAR_TYPES[word][0]
+    except KeyError:
+        raise ArgumentError(f"unknown type word {word!r}") from None
+
+
+def struct_format(params: list[Param] | tuple[Param, ...]) -> tuple[str, int]:
+    """The little-endian ``struct`` format of the whole parameter buffer, and its size."""
+    fmt, pos = ["<"], 0
+    for p in sorted(params, key=lambda p: p.offset):
+        if p.offset < pos:
+            raise LaunchpadError(f"{p.label} overlaps the previous parameter (offset {p.offset})")
+        if p.offset > pos:
+            fmt.append(f"{p.offset - pos}x")
+        fmt.append(p.code)
+        pos = p.offset + p.size
+    return "".join(fmt), pos
+
+
+# --- signatures ---------------------------------------------------------------------------------
+
+
+def parse_signature(signature: str | list[str] | tuple[str, ...]) -> list[str]:
+    """Split ``"*fp32, *fp32, i32"`` into type words and check each one."""
+    words = [w.strip() for w in signature.split(",")] if isinstance(signature, str) else list(signature)
+    words = [w for w in words if w]
+    for w in words:
+        if w.startswith("*"):
+            if w[1:] not in POINTER_DTYPES:
+                raise ArgumentError(f"unknown pointer type {w!r} in signature")
+        else:
+            type_size(w)
+    return words
+
+
+def apply_signature(params: list[Param], words: list[str], kernel: str) -> list[Param]:
+    """Give the binary's parameters the signature's types; count and sizes must agree."""
+    if len(words) != len(params):
+        raise ArgumentError(
+            f"kernel {kernel!r}: the signature has {len(words)} parameters but the binary has "
+            f"{len(params)} ({', '.join(str(p.size) for p in params) or 'none'} bytes)"
+        )
+    out = []
+    for p, w in zip(params, words):
+        if type_size(w) != p.size:
+            raise ArgumentError(
+                f"kernel {kernel!r}: signature type {w!r} of param {p.index} is {type_size(w)} bytes "
+                f"but the binary's param {p.index} is {p.size} bytes"
+            )
+        out.append(replace(p, type=w, align=max(p.align, min(type_size(w), 8))))
+    return out
+
+
+def layout_from_signature(words: list[str]) -> list[Param]:
+    """Natural-alignment layout of a signature (for binaries whose own layout is unreadable)."""
+    params, pos = [], 0
+    for i, w in enumerate(words):
+        size = type_size(w)
+        align = 64 if w.startswith("bytes") and size == 128 else min(size, 8)
+        pos = (pos + align - 1) // align * align
+        params.append(Param(i, pos, size, align, w))
+        pos += size
+    return params
+
+
+# --- binaries -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BinaryKernel:
+    """What a binary says about one kernel, read without a GPU."""
+
+    name: str
+    params: tuple[Param, ...]
+    registers: int | None = None
+    static_shared: int | None = None
+    arch: str | None = None
+
+
+def read_image(data_or_path: bytes | bytearray | memoryview | str | Path) -> tuple[bytes, str]:
+    """Return ``(image, kind)`` with kind ``cubin``, ``fatbin`` or ``ptx``."""
+    if isinstance(data_or_path, (str, Path)):
+        data = Path(data_or_path).read_bytes()
+    else:
+        data = bytes(data_or_path)
+    if data[:4] == b"\x7fELF":
+        return data, "cubin"
+    if data[:4] == b"\x50\xed\x55\xba":
+        return data, "fatbin"
+    if b".entry" in data or b".version" in data:
+        return data.rstrip(b"\0") + b"\0", "ptx"  # the driver wants NUL-terminated PTX
+    raise LaunchpadError("not a cubin, fatbin or PTX image")
+
+
+def kernels_in_image(image: bytes, kind: str) -> dict[str, BinaryKernel]:
+    """Every kernel an image defines, with its parameter layout."""
+    if kind == "cubin":
+        return _elf_kernels(image)
+    if kind == "ptx":
+        return _ptx_kernels(image.decode(errors="replace"))
+    found: dict[str, BinaryKernel] = {}
+    for entry_kind, payload in _fatbin_entries(image):  # first entry that names a kernel wins
+        for name, k in kernels_in_image(payload, entry_kind).items():
+            found.setdefault(name, k)
+    return found
+
+
+_ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
+_SECTION = struct.Struct("<IIQQQQIIQQ")
+_SYMBOL = struct.Struct("<IBBHQQ")
+_EIATTR_KPARAM_INFO = 0x17
+_EIATTR_REGCOUNT = 0x2F
+_EIFMT_SVAL = 4
+_STO_CUDA_ENTRY = 0x10
+
+
+def _elf_kernels(elf: bytes) -> dict[str, BinaryKernel]:
+    hdr = _ELF_HEADER.unpack_from(elf, 0)
+    e_flags, e_shoff, e_shnum, e_shstrndx = hdr[7], hdr[6], hdr[12], hdr[13]
+    sections = [_SECTION.unpack_from(elf, e_shoff + i * _SECTION.size) for i in range(e_shnum)]
+
+    def data(sec: tuple) -> bytes:
+        return elf[sec[4] : sec[4] + sec[5]] if sec[1] != 8 else b""  # SHT_NOBITS has no bytes
+
+    def cstr(table: bytes, at: int) -> str:
+        return table[at : table.index(b"\0", at)].decode()
+
+    shstr = data(sections[e_shstrndx])
+    by_name = {cstr(shstr, s[0]): s for s in sections}
+    arch = (e_flags >> 8) & 0xFF or e_flags & 0xFF
+
+    entries: list[str] = []
+    symbols: list[str] = []
+    symtab = by_name.get(".symtab")
+    if symtab is not None:
+        strtab = data(sections[symtab[6]])
+        raw = data(symtab)
+        for i in range(0, len(raw), _SYMBOL.size):
+            st_name, st_info, st_other, *_ = _SYMBOL.unpack_from(raw, i)
+            symbols.append(cstr(strtab, st_name))
+            if st_info & 0xF == 2 and st_other & _STO_CUDA_ENTRY:  # STT_FUNC marked as an entry
+                entries.append(symbols[-1])
+    registers = {
+        symbols[sym]: count
+        for sym, count in _info_records(data(by_name[".nv.info"]), _EIATTR_REGCOUNT, "<II")
+        if ".nv.info" in by_name and sym < len(symbols)
+    }
+
+    kernels = {}
+    for name in entries:
+        info = by_name.get(f".nv.info.{name}")
+        records = _info_records(data(info), _EIATTR_KPARAM_INFO, "<IHHI") if info else []
+        # (index, ordinal, offset, flags); the size is bits 18-31 of flags
+        layout = sorted((ordinal, offset, flags >> 18 & 0x3FFF) for _, ordinal, offset, flags in records)
+        params = tuple(Param(i, off, size, _natural_align(off, size)) for i, (_, off, size) in enumerate(layout))
+        shared = by_name.get(f".nv.shared.{name}")
+        kernels[name] = BinaryKernel(
+            name,
+            params,
+            registers=registers.get(name),
+            static_shared=shared[5] if shared else 0,
+            arch=f"sm_{arch}",
+        )
+    return kernels
+
+
+def _info_records(info: bytes, attribute: int, layout: str) -> list[tuple]:
+    """The payloads of one attribute's records in an ``.nv.info`` section.
+
+    Each record is ``format:u8 attribute:u8 value:u16``; for ``EIFMT_SVAL`` the value is the
+    size of a payload that follows.
+    """
+    out, pos = [], 0
+    while pos + 4 <= len(info):
+        fmt, attr, value = struct.unpack_from("<BBH", info, pos)
+        pos += 4
+        if fmt != _EIFMT_SVAL:
+            continue
+        if attr == attribute:
+            out.append(struct.unpack_from(layout, info, pos))
+        pos += value
+    return out
+
+
+def _natural_align(offset: int, size: int) -> int:
+    """The alignment a parameter of this size needs, as far as its offset allows telling."""
+    align = 1
+    while align < min(size, 16) and offset % (align * 2) == 0:
+        align *= 2
+    return align
+
+
+_PTX_ENTRY = re.compile(r"\.entry\s+([\w$.]+)\s*\((.*?)\)", re.S)
+_PTX_PARAM = re.compile(
+    r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)((?:\s+\.ptr)?(?:\s+\.(?:global|shared|const|local))?"
+    r"(?:\s+\.align\s+\d+)?)\s+([\w$.]+)(?:\[(\d+)\])?"
+)
+_PTX_TYPES = {"f32": "fp32", "f64": "fp64", "f16": "fp16"}
+
+
+def _ptx_kernels(ptx: str) -> dict[str, BinaryKernel]:
+    kernels = {}
+    for m in _PTX_ENTRY.finditer(ptx):
+        params, pos = [], 0
+        for i, pm in enumerate(_PTX_PARAM.finditer(m.group(2))):
+            align_s, ptype, _qualifiers, _pname, count = pm.groups()
+            elem = int(re.sub(r"\D", "", ptype) or 8) // 8
+            size = elem * int(count) if count else elem
+            align = int(align_s) if align_s else elem
+            pos = (pos + align - 1) // align * align
+            word = _PTX_TYPES.get(ptype) if not count else None
+            params.append(Param(i, pos, size, align, word))
+            pos += size
+        kernels[m.group(1)] = BinaryKernel(m.group(1), tuple(params))
+    return kernels
+
+
+_FATBIN_ENTRY = struct.Struct("<HHIQ")
+
+
+def _fatbin_entries(fatbin: bytes) -> list[tuple[str, bytes]]:
+    """Uncompressed ELF and PTX entries of a fatbin container (compressed ones are skipped)."""
+    header_size, body_size = struct.unpack_from("<HQ", fatbin, 6)
+    pos, end, out = header_size, header_size + body_size, []
+    while pos + _FATBIN_ENTRY.size <= min(end, len(fatbin)):
+        kind, _version, entry_header, payload_size = _FATBIN_ENTRY.unpack_from(fatbin, pos)
+        payload = fatbin[pos + entry_header : pos + entry_header + payload_size]
+        if kind == 2 and payload[:4] == b"\x7fELF":
+            out.append(("cubin", payload))
+        elif kind == 1 and b".entry" in payload[:1 << 20]:
+            out.append(("ptx", payload.split(b"\0", 1)[0]))
+        if entry_header == 0:
+            break
+        pos += entry_header + payload_size
+    return out
