@@ -180,7 +180,7 @@ class Kernel:
         self._finalizer = weakref.finalize(self, self._loader.unload)
         self._finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
         self._context = Context(self.display_name, self.params, self.args)
-        make = lambda prepare: build_launch(  # noqa: E731
+        make = lambda prepare: build_launch(
             self._context, self.plan, self._loader.entry, self._loader.raise_shared, self._launch_ex,
             entries=self._loader.entries, prepare=prepare,
         )  # fmt: skip
