@@ -125,6 +125,27 @@ class _Loader:
             self.entries[device] = (function, max_threads, nbytes)
             return nbytes
 
+    def launch_ex(self, function, device, grid, block, shared_mem, stream, params, cluster, cooperative, pdl) -> None:
+        plan = self.plan
+        cluster = cluster if cluster is not None else plan.cluster
+        cooperative = cooperative or plan.cooperative
+        if cluster is not None:
+            cluster = (tuple(cluster) + (1, 1))[:3]
+            if any(g % c for g, c in zip(grid, cluster)):
+                raise ArgumentError(f"kernel {self.display_name!r}: grid {grid} is not a multiple of cluster {cluster}")
+        if cooperative:
+            per_sm = _driver.max_active_blocks_per_sm(function, block[0] * block[1] * block[2], shared_mem)
+            capacity = per_sm * _driver.device_attribute(device, "multiprocessor_count")
+            if grid[0] * grid[1] * grid[2] > capacity:
+                raise ArgumentError(
+                    f"kernel {self.display_name!r}: a cooperative launch of {grid[0] * grid[1] * grid[2]} blocks "
+                    f"exceeds the {capacity} blocks that can be resident at once on cuda:{device}"
+                )
+        _driver.launch_ex(
+            function, grid, block, shared_mem, stream, params, device,
+            cluster=cluster, cooperative=cooperative, pdl=pdl or plan.pdl, spread=plan.cluster_spread,
+        )  # fmt: skip
+
     def unload(self) -> None:
         with self.lock:
             self.entries.clear()
@@ -181,7 +202,7 @@ class Kernel:
         self._finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
         self._context = Context(self.display_name, self.params, self.args)
         make = lambda prepare: build_launch(
-            self._context, self.plan, self._loader.entry, self._loader.raise_shared, self._launch_ex,
+            self._context, self.plan, self._loader.entry, self._loader.raise_shared, self._loader.launch_ex,
             entries=self._loader.entries, prepare=prepare,
         )  # fmt: skip
         self._prepare = make(True)
@@ -293,27 +314,6 @@ class Kernel:
             bound._keep = (buf, pointers, keep)  # type: ignore[attr-defined]
         bound.kernel = self  # type: ignore[attr-defined]
         return bound
-
-    def _launch_ex(self, function, device, grid, block, shared_mem, stream, params, cluster, cooperative, pdl) -> None:
-        plan = self.plan
-        cluster = cluster if cluster is not None else plan.cluster
-        cooperative = cooperative or plan.cooperative
-        if cluster is not None:
-            cluster = (tuple(cluster) + (1, 1))[:3]
-            if any(g % c for g, c in zip(grid, cluster)):
-                raise ArgumentError(f"kernel {self.display_name!r}: grid {grid} is not a multiple of cluster {cluster}")
-        if cooperative:
-            per_sm = _driver.max_active_blocks_per_sm(function, block[0] * block[1] * block[2], shared_mem)
-            capacity = per_sm * _driver.device_attribute(device, "multiprocessor_count")
-            if grid[0] * grid[1] * grid[2] > capacity:
-                raise ArgumentError(
-                    f"kernel {self.display_name!r}: a cooperative launch of {grid[0] * grid[1] * grid[2]} blocks "
-                    f"exceeds the {capacity} blocks that can be resident at once on cuda:{device}"
-                )
-        _driver.launch_ex(
-            function, grid, block, shared_mem, stream, params, device,
-            cluster=cluster, cooperative=cooperative, pdl=pdl or plan.pdl, spread=plan.cluster_spread,
-        )  # fmt: skip
 
     # --- introspection and resources -------------------------------------------------------------
 
