@@ -50,8 +50,11 @@ def error_text(code: Any) -> tuple[str, str]:
         name = CUresult(int(code)).name
     except ValueError:
         name = f"CUresult {int(code)}"
-    err, msg = _cu.cuGetErrorString(code)
-    text = msg.decode() if err == SUCCESS and msg else "unknown error"
+    try:
+        err, msg = _cu.cuGetErrorString(code)
+        text = msg.decode() if err == SUCCESS and msg else "unknown error"
+    except Exception:  # no driver to ask
+        text = "no message (driver unavailable)"
     return name, text
 
 

@@ -157,10 +157,11 @@ def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, dtype: torch.dty
     if isinstance(value, int):
         return value  # a raw device address: the caller vouches for it
     if isinstance(value, torch.Tensor):
-        if value.device.type != "cuda":
-            raise ctx.error(arg, f"expected a CUDA tensor, got {_describe(value)}")
-        if value.get_device() != device:
-            raise ctx.error(arg, f"tensor is on cuda:{value.get_device()} but the launch is on cuda:{device}")
+        owner = value.get_device()
+        if owner != device:
+            if owner < 0:
+                raise ctx.error(arg, f"expected a CUDA tensor, got {_describe(value)}")
+            raise ctx.error(arg, f"tensor is on cuda:{owner} but the launch is on cuda:{device}")
         if dtype is not None and value.dtype != dtype:
             raise ctx.error(arg, f"expected a {dtype} tensor, got {_describe(value)}", ArgumentTypeError)
         address = value.data_ptr()
@@ -190,6 +191,11 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int) -> int:
     """Bit pattern of a value for a parameter whose size alone is known."""
     size = ctx.params[arg.param].size
     bits = 8 * size
+    itemsize = getattr(getattr(value, "dtype", None), "itemsize", None)
+    if itemsize is not None and not isinstance(value, torch.Tensor) and hasattr(value, "tobytes"):
+        if itemsize != size:  # a numpy scalar says its own width (np.float64 is also a float)
+            raise ctx.error(arg, f"{_describe(value)} is {itemsize} bytes, the parameter {size}")
+        return int.from_bytes(value.tobytes(), "little")
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
@@ -201,11 +207,6 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int) -> int:
             raise ctx.error(arg, f"cannot pack a float into a 1-byte parameter: {value!r}", ArgumentTypeError)
         code = {2: "<e", 4: "<f", 8: "<d"}[size]
         return int.from_bytes(struct.pack(code, value), "little")
-    itemsize = getattr(getattr(value, "dtype", None), "itemsize", None)
-    if itemsize is not None and not isinstance(value, torch.Tensor) and hasattr(value, "tobytes"):
-        if itemsize != size:
-            raise ctx.error(arg, f"{_describe(value)} is {itemsize} bytes, the parameter {size}")
-        return int.from_bytes(value.tobytes(), "little")  # a numpy scalar packs as its own bits
     if size != 8:
         raise ctx.error(arg, f"cannot pack {_describe(value)} into {size} bytes", ArgumentTypeError)
     return pointer_of(ctx, arg, value, device, None)
@@ -232,13 +233,23 @@ def bf16_bits(value: Any) -> int:
 
 
 def same_value(a: Any, b: Any) -> bool:
-    """Whether an argument equals the value a kernel was specialized on (bools match only bools)."""
+    """Whether an argument equals the value a kernel was specialized on (bools match only bools).
+
+    Specialized values are kept as JSON (artifacts): a tuple is stored as a list, and a value JSON
+    cannot hold (a Triton dtype, a jit function) as its ``str()``; both still match.
+    """
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     try:
-        return bool(a == b)
+        if a == b:
+            return True
     except Exception:
         return False
+    if isinstance(b, list) and isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(b, str) and a is not None and not isinstance(a, (str, int, float)):
+        return str(a) == b
+    return False
 
 
 def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
@@ -248,7 +259,7 @@ def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
     else:
         try:
             t = tuple(int(v) for v in value) + (1, 1)
-        except TypeError:
+        except (TypeError, ValueError):
             raise ArgumentTypeError(
                 f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {value!r}"
             ) from None
@@ -368,7 +379,7 @@ def build_launch(
         _entry=entry, _raise_shared=raise_shared, _dims=dims, _fail=_fail, _pointer_of=pointer_of,
         _untyped=untyped_value, _bytes=bytes_value, _bf16=bf16_bits, _same=same_value,
         _scratch=scratch, _CONVERTERS=CONVERTERS, _cuLaunchKernel=_driver.cuLaunchKernel,
-        _launch_failed=_driver.launch_failed, _launch_ex=launch_ex,
+        _launch_failed=_driver.launch_failed, _launch_ex=launch_ex, _SUCCESS=_driver.SUCCESS,
     )  # fmt: skip
 
     # argument count: positional slots default to a sentinel, so only the last needs checking
@@ -388,9 +399,8 @@ def build_launch(
 
     # grid and block
     if plan.block is None:
-        w.emit("if block.__class__ is int:")
+        w.emit("if block.__class__ is int and 0 < block <= maxthr:")
         w.emit("bx = block; by = bz = 1", 2)
-        w.emit("if not 0 < bx <= maxthr: _fail.block(_ctx, block, maxthr)", 2)
         w.emit("else:")
         w.emit("bx, by, bz = _dims(block, 'block', _ctx)", 2)
         w.emit("if bx * by * bz > maxthr: _fail.block(_ctx, block, maxthr)", 2)
@@ -400,11 +410,8 @@ def build_launch(
     zero_grid = "pass" if prepare else "return _prepare(0, block, " + ", ".join(
         [f"a{i}" for i in range(nargs)] + ["shared_mem=shared_mem", "stream=stream", "cluster=cluster", "cooperative=cooperative", "pdl=pdl"]
     ) + ") and None"
-    w.emit("if grid.__class__ is int:")
+    w.emit(f"if grid.__class__ is int and 0 < grid <= {_MAX_GRID_X}:")
     w.emit("gx = grid; gy = gz = 1", 2)
-    w.emit(f"if not 0 < gx <= {_MAX_GRID_X}:", 2)
-    w.emit("_dims(grid, 'grid', _ctx)", 3)
-    w.emit(zero_grid, 3)
     w.emit("else:")
     w.emit("gx, gy, gz = _dims(grid, 'grid', _ctx)", 2)
     w.emit("if not (gx and gy and gz):", 2)
@@ -420,10 +427,13 @@ def build_launch(
     w.names["_tls"] = tls
 
     def new_state() -> tuple[Any, int]:
-        buf = (ctypes.c_char * max(size, 1))()
-        base = ctypes.addressof(buf)
+        # A bytearray, not a ctypes array: struct.pack_into gets a bytearray's buffer far more
+        # cheaply. The ctypes view pins it (no resize, so its address is stable).
+        buf = bytearray(max(size, 1))
+        view = (ctypes.c_char * len(buf)).from_buffer(buf)
+        base = ctypes.addressof(view)
         pointers = (ctypes.c_void_p * max(len(params), 1))(*[base + p.offset for p in params])
-        tls.keep = (buf, pointers)
+        tls.keep = (view, pointers)
         tls.state = (buf, ctypes.addressof(pointers) if params else 0)
         return tls.state
 
@@ -448,10 +458,13 @@ def build_launch(
 
     attrs = plan.cluster is not None or plan.cooperative or plan.pdl
     if prepare:
-        w.emit(f"return dev, fn, (gx, gy, gz), (bx, by, bz), shared_mem, hs, buf.raw[:{size}], ({', '.join(keep)}{',' if len(keep) == 1 else ''})")
+        w.emit(f"return dev, fn, (gx, gy, gz), (bx, by, bz), shared_mem, hs, bytes(buf[:{size}]), ({', '.join(keep)}{',' if len(keep) == 1 else ''})")
     else:
         launch_args = "fn, gx, gy, gz, bx, by, bz, shared_mem, hs, kp, 0"
-        plain = ["err, = _cuLaunchKernel(" + launch_args + ")", f"if err: _launch_failed(err, dev, _cuLaunchKernel, ({launch_args}))"]
+        plain = [
+            "err, = _cuLaunchKernel(" + launch_args + ")",
+            f"if err is not _SUCCESS: _launch_failed(err, dev, _cuLaunchKernel, ({launch_args}))",
+        ]
         ex = (
             "_launch_ex(fn, dev, (gx, gy, gz), (bx, by, bz), shared_mem, hs, kp, cluster, cooperative, pdl)"
         )
@@ -489,7 +502,17 @@ def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, values: dict[int, str]
         w.emit(f"if {src} is not {c} and not _same({src}, {c}): _fail.const(_ctx, {a}, {src})")
         return
     if arg.kind == "expand":
-        conv = w.bind(f"_X{k}", CONVERTERS[arg.converter])
+        converter = CONVERTERS[arg.converter]
+        specialize = getattr(converter, "specialize", None)
+        if specialize is not None:
+            # A converter made once for these options (a Numba array's ndim, dtype, layout):
+            # no keyword unpacking per launch, and its values unpacked straight into locals.
+            conv = w.bind(f"_X{k}", specialize(**arg.options))
+            names = [f"e{k}_{j}" for j in range(len(arg.params))]
+            w.emit(f"{', '.join(names)}, = {conv}({src}, dev, _ctx, {a})")
+            values.update(zip(arg.params, names))
+            return
+        conv = w.bind(f"_X{k}", converter)
         opts = w.bind(f"_O{k}", arg.options)
         w.emit(f"e{k} = {conv}({src}, dev, _ctx, {a}, **{opts})")
         for j, p in enumerate(arg.params):

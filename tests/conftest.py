@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import _driver
+from launchpad import _driver, _launcher
 
 HAS_GPU = torch.cuda.is_available()
 
@@ -57,22 +57,23 @@ class FakeGPU:
                 max_threads: int = 1024, shared_limit: int = 48 * 1024, optin: int = 227 * 1024):
         function = f"function:{kernel.name}"
         self._kernels[function] = kernel
-        kernel._loader.entries[device] = (function, max_threads, shared_limit)
+        patch = self.monkeypatch  # everything is undone after the test
+        patch.setitem(kernel._loader.entries, device, (function, max_threads, shared_limit))
 
         def raise_shared(dev, nbytes):
             if nbytes > optin:
                 raise launchpad.OutOfResources(f"{nbytes} > {optin}")
-            kernel._loader.entries[dev] = (function, max_threads, optin)
             return optin
 
         for fn in (kernel.launch, kernel._prepare):
             g = fn.__globals__
-            g["_get_device"] = lambda: device
-            g["_raw_stream"] = lambda dev: stream
-            g["_cuLaunchKernel"] = self.cu_launch
-            g["_raise_shared"] = raise_shared
-            g["_launch_ex"] = self.launch_ex
-        self.monkeypatch.setattr(_driver, "cuLaunchKernel", self.cu_launch)
+            patch.setitem(g, "_get_device", lambda: device)
+            patch.setitem(g, "_raw_stream", lambda dev: stream)
+            patch.setitem(g, "_cuLaunchKernel", self.cu_launch)
+            patch.setitem(g, "_raise_shared", raise_shared)
+            patch.setitem(g, "_launch_ex", self.launch_ex)
+        patch.setattr(_driver, "cuLaunchKernel", self.cu_launch)
+        patch.setattr(_launcher, "current_device", lambda: device)
         return kernel
 
     def read_params(self, function, kp: int) -> list[bytes]:
@@ -86,7 +87,7 @@ class FakeGPU:
     def cu_launch(self, f, gx, gy, gz, bx, by, bz, smem, stream, kp, extra):
         assert extra == 0
         self.launches.append(Launch(f, (gx, gy, gz), (bx, by, bz), smem, stream, self.read_params(f, kp)))
-        return (0,)
+        return (_driver.SUCCESS,)
 
     def launch_ex(self, f, dev, grid, block, smem, stream, kp, cluster, cooperative, pdl):
         kernel = self._kernels[f]
