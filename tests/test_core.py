@@ -94,7 +94,7 @@ def test_ptx_layout_agrees_with_the_cubin_in_sizes(module):
 
     from launchpad._cpp import _cuda_include_dir
 
-    err, prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"t.cu", 0, [], [])
+    _, prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"t.cu", 0, [], [])
     opts = [b"-arch=compute_90", f"-I{_cuda_include_dir()}".encode()]
     assert nvrtc.nvrtcCompileProgram(prog, len(opts), opts)[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
     size = nvrtc.nvrtcGetPTXSize(prog)[1]
