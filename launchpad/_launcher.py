@@ -8,8 +8,9 @@ buffer owned by the calling thread, and calls ``cuLaunchKernel``. Errors are dia
 hot path: the fast code checks cheaply and calls a ``_fail_*`` helper that works out the
 message.
 
-The same template yields a *prepare* twin that validates and packs but returns the launch
-instead of issuing it; ``Kernel.bind`` and zero-sized grids use it.
+The same template yields three functions: the hot path for positional arguments, a general
+one that also takes keyword options, and a *prepare* twin that validates and packs but returns
+the launch instead of issuing it (``Kernel.bind`` and zero-sized grids use it).
 """
 
 from __future__ import annotations
@@ -353,9 +354,13 @@ def build_launch(
     launch_ex: Callable[..., None],
     *,
     entries: dict,
-    prepare: bool = False,
-) -> Callable[..., Any]:
-    """Write, compile and return the launch (or prepare) function of one kernel.
+) -> tuple[Callable[..., None], Callable[..., Any]]:
+    """Write and compile the launch functions of one kernel; return ``(launch, prepare)``.
+
+    Three functions come from one template: ``launch``, the hot path, for positional arguments
+    only; ``_full``, which also takes the keyword options (stream, shared memory, launch
+    attributes) and to which ``launch`` hands anything unusual; and ``prepare``, which checks
+    and packs like ``_full`` but returns the launch instead of issuing it.
 
     ``entry(device)`` returns ``(function handle, max threads per block, dynamic shared memory
     limit)`` for a device, loading the kernel there on first use; ``entries`` caches those
@@ -363,16 +368,21 @@ def build_launch(
     ``raise_shared(device, n)`` raises the limit to at least ``n`` or raises
     ``OutOfResources``; ``launch_ex`` issues launches with attributes.
     """
-    params, args = ctx.params, ctx.args
     w = _Writer()
-    fmt, size = struct_format(params)
-    nargs = 1 + max((a.path[0] for a in args if a.path), default=-1)
-    arg_names = [f"a{i}=_M" for i in range(nargs)]
-    default_smem = plan.shared_mem
-    header = ", ".join(["grid", "block", *arg_names, "*_extra"])
-    w.lines.append(
-        f"def launch({header}, shared_mem={default_smem}, stream=None, cluster=None, cooperative=False, pdl=False):"
-    )
+    fmt, size = struct_format(ctx.params)
+    tls = threading.local()
+
+    def new_state() -> tuple[Any, int]:
+        # A bytearray, not a ctypes array: struct.pack_into gets a bytearray's buffer far more
+        # cheaply. The ctypes view pins it (no resize, so its address is stable).
+        buf = bytearray(max(size, 1))
+        view = (ctypes.c_char * len(buf)).from_buffer(buf)
+        base = ctypes.addressof(view)
+        pointers = (ctypes.c_void_p * max(len(ctx.params), 1))(*[base + p.offset for p in ctx.params])
+        tls.keep = (view, pointers)
+        tls.state = (buf, ctypes.addressof(pointers) if ctx.params else 0)
+        return tls.state
+
     w.names.update(
         _M=_MISSING, _ctx=ctx, _Tensor=torch.Tensor, _get_device=current_device,
         _raw_stream=current_raw_stream, _stream_of=stream_of, _entries=entries,
@@ -380,18 +390,46 @@ def build_launch(
         _untyped=untyped_value, _bytes=bytes_value, _bf16=bf16_bits, _same=same_value,
         _scratch=scratch, _CONVERTERS=CONVERTERS, _cuLaunchKernel=_driver.cuLaunchKernel,
         _launch_failed=_driver.launch_failed, _launch_ex=launch_ex, _SUCCESS=_driver.SUCCESS,
+        _tls=tls, _new_state=new_state, _pack=struct.Struct(fmt).pack_into,
     )  # fmt: skip
+    for mode in ("launch", "_full", "_prepare"):
+        _emit_function(w, ctx, plan, mode, size)
+        w.lines.append("")
+    source = "\n".join(w.lines)
+    namespace = dict(w.names)
+    exec(compile(source, f"<launchpad launch {ctx.kernel_name}>", "exec"), namespace)
+    launch, prepare = namespace["launch"], namespace["_prepare"]
+    launch.__source__ = prepare.__source__ = source
+    return launch, prepare
 
-    # argument count: positional slots default to a sentinel, so only the last needs checking
-    last = f"a{nargs - 1} is _M or " if nargs else ""
-    w.emit(f"if {last}_extra: _fail.count(_ctx, {nargs}, _extra, ({', '.join(f'a{i}' for i in range(nargs))}{',' if nargs == 1 else ''}))")
 
-    # device and stream: torch's current ones unless a stream is given
-    w.emit("if stream is None:")
-    w.emit("dev = _get_device()", 2)
-    w.emit("hs = _raw_stream(dev)", 2)
-    w.emit("else:")
-    w.emit("hs, dev = _stream_of(stream)", 2)
+def _emit_function(w: _Writer, ctx: Context, plan: LaunchPlan, mode: str, size: int) -> None:
+    """Emit one of the three functions (see :func:`build_launch`)."""
+    params, args = ctx.params, ctx.args
+    fast, prepare = mode == "launch", mode == "_prepare"
+    nargs = 1 + max((a.path[0] for a in args if a.path), default=-1)
+    names = [f"a{i}" for i in range(nargs)]
+    call_args = ", ".join(["grid", "block", *names])
+    if fast:
+        w.lines.append(f"def launch({', '.join(['grid', 'block', *(n + '=_M' for n in names), '*_extra', '**kw'])}):")
+        # keywords, a wrong count and zero-sized grids all go the general way
+        missing = f" or {names[-1]} is _M" if nargs else ""
+        w.emit(f"if kw or _extra{missing}: return _full({call_args}, *_extra, **kw)")
+        w.emit("dev = _get_device()")
+        w.emit("hs = _raw_stream(dev)")
+    else:
+        header = ", ".join(["grid", "block", *(n + "=_M" for n in names), "*_extra"])
+        w.lines.append(
+            f"def {mode}({header}, shared_mem={plan.shared_mem}, stream=None, cluster=None, cooperative=False, pdl=False):"
+        )
+        # positional slots default to a sentinel, so only the last needs checking
+        last = f"{names[-1]} is _M or " if nargs else ""
+        w.emit(f"if {last}_extra: _fail.count(_ctx, {nargs}, _extra, ({', '.join(names)}{',' if nargs == 1 else ''}))")
+        w.emit("if stream is None:")
+        w.emit("dev = _get_device()", 2)
+        w.emit("hs = _raw_stream(dev)", 2)
+        w.emit("else:")
+        w.emit("hs, dev = _stream_of(stream)", 2)
     w.emit("try:")
     w.emit("fn, maxthr, smemlim = _entries[dev]", 2)
     w.emit("except KeyError:")
@@ -407,9 +445,13 @@ def build_launch(
     else:
         w.emit(f"if block is not None and _dims(block, 'block', _ctx) != {plan.block}: _fail.fixed_block(_ctx, block, {plan.block})")
         w.emit("bx, by, bz = {}, {}, {}".format(*plan.block))
-    zero_grid = "pass" if prepare else "return _prepare(0, block, " + ", ".join(
-        [f"a{i}" for i in range(nargs)] + ["shared_mem=shared_mem", "stream=stream", "cluster=cluster", "cooperative=cooperative", "pdl=pdl"]
-    ) + ") and None"
+    if fast:
+        zero_grid = f"return _full({call_args})"
+    elif prepare:
+        zero_grid = "pass"
+    else:
+        options = "shared_mem=shared_mem, stream=stream, cluster=cluster, cooperative=cooperative, pdl=pdl"
+        zero_grid = f"return _prepare(0, {', '.join(['block', *names])}, {options}) and None"
     w.emit(f"if grid.__class__ is int and 0 < grid <= {_MAX_GRID_X}:")
     w.emit("gx = grid; gy = gz = 1", 2)
     w.emit("else:")
@@ -418,26 +460,10 @@ def build_launch(
     w.emit(zero_grid, 3)
     if plan.grid_multiplier != 1:
         w.emit(f"gx *= {plan.grid_multiplier}")
-    w.emit("if shared_mem > smemlim:")
-    w.emit("smemlim = _raise_shared(dev, shared_mem)", 2)
-    w.emit("_entries[dev] = (fn, maxthr, smemlim)", 2)
+    if not fast:  # the fast path's shared memory is the plan's, which loading already allowed
+        w.emit("if shared_mem > smemlim:")
+        w.emit("smemlim = _raise_shared(dev, shared_mem)", 2)
 
-    # the thread's own argument buffer
-    tls = threading.local()
-    w.names["_tls"] = tls
-
-    def new_state() -> tuple[Any, int]:
-        # A bytearray, not a ctypes array: struct.pack_into gets a bytearray's buffer far more
-        # cheaply. The ctypes view pins it (no resize, so its address is stable).
-        buf = bytearray(max(size, 1))
-        view = (ctypes.c_char * len(buf)).from_buffer(buf)
-        base = ctypes.addressof(view)
-        pointers = (ctypes.c_void_p * max(len(params), 1))(*[base + p.offset for p in params])
-        tls.keep = (view, pointers)
-        tls.state = (buf, ctypes.addressof(pointers) if params else 0)
-        return tls.state
-
-    w.names["_new_state"] = new_state
     w.emit("try:")
     w.emit("buf, kp = _tls.state", 2)
     w.emit("except AttributeError:")
@@ -447,41 +473,36 @@ def build_launch(
     keep: list[str] = []
     for k, arg in enumerate(args):
         _emit_arg(w, k, arg, ctx, values, keep, prepare)
-
     ordered = [values[p.index] for p in sorted(params, key=lambda p: p.offset)]
     pack_args = ", ".join(ordered)
-    w.names["_pack"] = struct.Struct(fmt).pack_into
     w.emit("try:")
     w.emit(f"_pack(buf, 0{', ' if pack_args else ''}{pack_args})", 2)
     w.emit("except Exception as e:")
     w.emit(f"_fail.pack(_ctx, e, ({pack_args}{',' if len(ordered) == 1 else ''}))", 2)
 
-    attrs = plan.cluster is not None or plan.cooperative or plan.pdl
     if prepare:
-        w.emit(f"return dev, fn, (gx, gy, gz), (bx, by, bz), shared_mem, hs, bytes(buf[:{size}]), ({', '.join(keep)}{',' if len(keep) == 1 else ''})")
+        kept = f"({', '.join(keep)}{',' if len(keep) == 1 else ''})"
+        w.emit(f"return dev, fn, (gx, gy, gz), (bx, by, bz), shared_mem, hs, bytes(buf[:{size}]), {kept}")
+        return
+    shared = str(plan.shared_mem) if fast else "shared_mem"
+    launch_args = f"fn, gx, gy, gz, bx, by, bz, {shared}, hs, kp, 0"
+    plain = [
+        "err, = _cuLaunchKernel(" + launch_args + ")",
+        f"if err is not _SUCCESS: _launch_failed(err, dev, _cuLaunchKernel, ({launch_args}))",
+    ]
+    fixed_attrs = plan.cluster is not None or plan.cooperative or plan.pdl
+    if fixed_attrs:
+        attrs = "None, False, False" if fast else "cluster, cooperative, pdl"
+        w.emit(f"_launch_ex(fn, dev, (gx, gy, gz), (bx, by, bz), {shared}, hs, kp, {attrs})")
+    elif fast:
+        for line in plain:
+            w.emit(line)
     else:
-        launch_args = "fn, gx, gy, gz, bx, by, bz, shared_mem, hs, kp, 0"
-        plain = [
-            "err, = _cuLaunchKernel(" + launch_args + ")",
-            f"if err is not _SUCCESS: _launch_failed(err, dev, _cuLaunchKernel, ({launch_args}))",
-        ]
-        ex = (
-            "_launch_ex(fn, dev, (gx, gy, gz), (bx, by, bz), shared_mem, hs, kp, cluster, cooperative, pdl)"
-        )
-        if attrs:
-            w.emit(ex)
-        else:
-            w.emit("if cluster is None and cooperative is False and pdl is False:")
-            for line in plain:
-                w.emit(line, 2)
-            w.emit("else:")
-            w.emit(ex, 2)
-    source = "\n".join(w.lines) + "\n"
-    namespace = dict(w.names)
-    exec(compile(source, f"<launchpad launch {ctx.kernel_name}>", "exec"), namespace)
-    fn = namespace["launch"]
-    fn.__source__ = source
-    return fn
+        w.emit("if cluster is None and cooperative is False and pdl is False:")
+        for line in plain:
+            w.emit(line, 2)
+        w.emit("else:")
+        w.emit("_launch_ex(fn, dev, (gx, gy, gz), (bx, by, bz), shared_mem, hs, kp, cluster, cooperative, pdl)", 2)
 
 
 def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, values: dict[int, str], keep: list[str], prepare: bool) -> None:
@@ -546,9 +567,9 @@ def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, values: dict[int, str]
     elif param.type == "bf16":
         w.emit(f"{v} = _bf16({src})")
     else:  # ints, floats and bools go straight to struct, which checks range and type
-        w.emit(f"{v} = {src}")
+        values[arg.param] = src
         if arg.multiple_of:
-            w.emit(f"if {v} % {arg.multiple_of}: _fail.multiple(_ctx, {a}, {v})")
+            w.emit(f"if {src} % {arg.multiple_of}: _fail.multiple(_ctx, {a}, {src})")
 
 
 class _fail:

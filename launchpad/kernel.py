@@ -201,15 +201,11 @@ class Kernel:
         self._finalizer = weakref.finalize(self, self._loader.unload)
         self._finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
         self._context = Context(self.display_name, self.params, self.args)
-        make = lambda prepare: build_launch(
-            self._context, self.plan, self._loader.entry, self._loader.raise_shared, self._loader.launch_ex,
-            entries=self._loader.entries, prepare=prepare,
-        )  # fmt: skip
-        self._prepare = make(True)
         # The instance attribute shadows the documented method below: one call, no extra frame.
-        self.launch = make(False)
-        self.launch.__globals__["_prepare"] = self._prepare
-        self._prepare.__globals__["_prepare"] = self._prepare
+        self.launch, self._prepare = build_launch(
+            self._context, self.plan, self._loader.entry, self._loader.raise_shared, self._loader.launch_ex,
+            entries=self._loader.entries,
+        )
 
     # The generated function replaces this per instance; this is its documentation.
     def launch(  # type: ignore[no-redef]
