@@ -24,7 +24,9 @@ from .errors import (
 )
 from .kernel import Kernel, load, load_cubin
 
-# Converters for arguments that expand into several parameters (registered on import):
+# isort: split
+# Converters for arguments that expand into several parameters register themselves on import.
+from . import _numba_args  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -1,9 +1,418 @@
-"""Numba front end (being written): turns Numba kernels into launchpad Kernels."""
+"""Numba front end: Numba kernels as launchpad Kernels, launched without Numba's dispatcher.
+
+:func:`from_numba` compiles a Python function with Numba's compiler for one signature (never
+through the dispatcher, which needs a GPU and costs tens of microseconds per launch), links the
+result with nvJitLink (:func:`launchpad.link`) and describes Numba's kernel ABI to the launch
+core: each array argument expands into ``5 + 2 * ndim`` parameters, filled per launch by
+``CONVERTERS["numba_array"]`` (:mod:`launchpad._numba_args`); complex scalars into two.
+
+Numba is imported only here and only when compiling; a saved Numba kernel loads without it.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import re
+import threading
+import types as pytypes
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
+from . import _cpp, _numba_args  # noqa: F401  (_numba_args registers the converters the kernels use)
+from ._launcher import Arg, LaunchPlan
+from .errors import CompileError, LaunchpadError
+from .kernel import Kernel
 
-def from_numba(fn: Any, signature: Any, **options: Any) -> Any:
-    raise NotImplementedError("launchpad.from_numba is being written")
+__all__ = ["from_numba"]
+
+#: numpy element types an array argument may have, with the pointer type word of its data.
+_ELEMENT_WORDS = {
+    "bool": "i1", "int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64",
+    "uint8": "u8", "uint16": "u16", "uint32": "u32", "uint64": "u64",
+    "float16": "fp16", "float32": "fp32", "float64": "fp64",
+    "complex64": "void", "complex128": "void",  # no type word for complex: the dtype lives in the options
+}  # fmt: skip
+
+#: Symbols a kernel calls when it synchronizes the grid (``cuda.cg.this_grid().sync()``);
+#: they live in libcudadevrt and work only in a cooperative launch.
+_GRID_SYNC_SYMBOLS = ("cudaCGGetIntrinsicHandle", "cudaCGSynchronize")
+
+#: Options of a ``numba.cuda.jit`` dispatcher that change the compiled code and are honoured.
+_JIT_OPTIONS = ("fastmath", "lineinfo", "opt", "launch_bounds")
+
+
+def from_numba(
+    fn: Any,
+    signature: Any,
+    *,
+    arch: str | int | tuple[int, int] | None = None,
+    lto: bool = True,
+    link: Iterable[Any] = (),
+) -> Kernel:
+    """Compile a Numba kernel for one signature into a launchpad :class:`~launchpad.Kernel`.
+
+    Parameters
+    ----------
+    fn : function or numba.cuda dispatcher
+        The kernel's Python function, or a ``numba.cuda.jit`` kernel (its ``py_func`` is compiled
+        and its ``fastmath``, ``lineinfo``, ``opt`` and ``launch_bounds`` options are kept).
+    signature : str or tuple
+        A Numba signature: ``"void(float32[::1], float32[:, :], int32)"`` or a tuple of Numba
+        types. The layouts it names are promises every launch is checked against:
+        ``[::1]`` / ``[:, ::1]`` C-contiguous, ``[::1, :]`` Fortran-contiguous, ``[:]`` /
+        ``[:, :]`` any strides.
+    arch : optional
+        ``"sm_90"``, ``90``, ``(9, 0)``...; default: the current GPU's.
+    lto : bool
+        Compile to LTO-IR and link with link-time optimization (default), or go through PTX
+        (always PTX where numba-cuda lacks the compile entry point launchpad prefers).
+    link : iterable
+        More objects to link: LTO-IR, PTX, cubins, fatbins, archives (bytes, paths, cuda.core
+        ``ObjectCode``, e.g. from :func:`launchpad.compile_cuda_object`), such as the CUDA C++
+        device functions a kernel calls through ``numba.cuda.declare_device``. Files given to
+        ``declare_device(link=...)`` are linked too.
+
+    Returns
+    -------
+    Kernel
+        Launch with ``kernel[grid, block](*args)``, ``kernel[grid, block, stream, shared_mem]
+        (*args)`` or ``kernel.launch(grid, block, *args)``; one argument per Python argument.
+        Arrays take torch tensors, Numba device arrays or any object with
+        ``__cuda_array_interface__``. Kernels that synchronize the grid are launched
+        cooperatively.
+
+    Raises
+    ------
+    CompileError
+        Numba or nvJitLink refused the code (the message has their log).
+    LaunchpadError
+        A signature launchpad cannot pass (records, datetimes, ...).
+    """
+    pyfunc = getattr(fn, "py_func", fn)
+    target_options = dict(getattr(fn, "targetoptions", None) or {})
+    if target_options.get("device"):
+        raise LaunchpadError(f"{pyfunc.__name__!r} is a device function (device=True), not a kernel")
+    name = getattr(pyfunc, "__name__", "numba_kernel")
+    argtypes, return_type = _normalize_signature(signature)
+    if return_type is not None and str(return_type) not in ("none", "void"):
+        raise LaunchpadError(f"kernel {name!r}: a kernel returns nothing, the signature returns {return_type}")
+    names = _argument_names(pyfunc, len(argtypes))
+    words, param_names, args = describe_arguments(argtypes, names)
+
+    arch = _cpp.resolve_arch(arch)
+    cc = _compute_capability(arch)
+    options = {k: target_options[k] for k in _JIT_OPTIONS if target_options.get(k) is not None}
+    compiled = _compile(pyfunc, argtypes, cc, lto, options)
+    objects = [*compiled.codes, *(_numba_object(f, arch, compiled.output) for f in compiled.linking_files), *link]
+    if compiled.cooperative:
+        objects.append(_cudadevrt())
+    # LTO when Numba's code is LTO-IR; otherwise link decides from the objects given
+    lto_link = True if compiled.output == "ltoir" else None
+    linked = _cpp.link(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
+    params = [replace(p, name=param_names[p.index]) for p in linked.params]
+    kernel = Kernel(
+        linked.image,
+        linked.image_kind,
+        linked.name,
+        params,
+        args=tuple(args),
+        plan=LaunchPlan(cooperative=compiled.cooperative),
+        display_name=name,
+        metadata={
+            "frontend": "numba",
+            "arch": arch,
+            "signature": ", ".join(str(t) for t in argtypes),
+            "cooperative": compiled.cooperative,
+            "lto": compiled.output == "ltoir",
+        },
+        binary=linked.binary,
+    )
+    # device arrays a kernel captured from globals: their addresses are baked into the code
+    kernel._numba_keepalive = compiled.keepalive  # type: ignore[attr-defined]
+    return kernel
+
+
+# --- the kernel's parameters ----------------------------------------------------------------------
+
+
+def describe_arguments(argtypes: Sequence[Any], names: Sequence[str]) -> tuple[list[str], list[str], list[Arg]]:
+    """Numba's flattened parameter list for argument types, and how arguments fill it.
+
+    Returns the parameters' type words, their names (``a.shape[1]``) and one :class:`Arg`
+    per argument (per tuple element for tuples).
+    """
+    from numba.cuda import types
+
+    words: list[str] = []
+    param_names: list[str] = []
+    args: list[Arg] = []
+
+    def add(ty: Any, path: tuple[int, ...], label: str, name: str) -> None:
+        first = len(words)
+        if isinstance(ty, types.Array):
+            dtype, itemsize = _element_dtype(ty.dtype, name, ty)
+            n = ty.ndim
+            words.extend(["*void", "*void", "i64", "i64", f"*{_ELEMENT_WORDS[dtype]}", *["i64"] * (2 * n)])
+            param_names.extend(
+                [f"{label}.meminfo", f"{label}.parent", f"{label}.nitems", f"{label}.itemsize", f"{label}.data"]
+                + [f"{label}.shape[{d}]" for d in range(n)]
+                + [f"{label}.strides[{d}]" for d in range(n)]
+            )
+            options = {"ndim": n, "dtype": dtype, "layout": ty.layout, "itemsize": itemsize, "type": str(ty)}
+            params = tuple(range(first, len(words)))
+            args.append(Arg(name, "expand", path, params=params, converter="numba_array", options=options))
+        elif isinstance(ty, types.Complex):
+            word = "fp32" if ty.bitwidth == 64 else "fp64"
+            words.extend([word, word])
+            param_names.extend([f"{label}.real", f"{label}.imag"])
+            args.append(Arg(name, "expand", path, params=(first, first + 1), converter="numba_complex"))
+        elif isinstance(ty, types.BaseTuple):
+            for j, element in enumerate(ty):
+                add(element, (*path, j), f"{label}[{j}]", name)
+        else:
+            words.append(_scalar_word(ty, name))
+            param_names.append(label)
+            args.append(Arg(name, "param", path, first))
+
+    for i, (ty, name) in enumerate(zip(argtypes, names)):
+        add(ty, (i,), name, name)
+    return words, param_names, args
+
+
+def _scalar_word(ty: Any, name: str) -> str:
+    from numba.cuda import types
+
+    if isinstance(ty, (types.IntEnumMember, types.Boolean, types.Integer, types.Float)):
+        base = ty.dtype if isinstance(ty, types.IntEnumMember) else ty
+        if isinstance(base, types.Boolean):
+            return "i1"  # Numba passes booleans as 8 bits
+        if isinstance(base, types.Integer):
+            return f"{'i' if base.signed else 'u'}{base.bitwidth}"
+        if isinstance(base, types.Float):
+            return f"fp{base.bitwidth}"
+    if isinstance(ty, types.CPointer):
+        element = _ELEMENT_WORDS.get(_numpy_name(ty.dtype) or "", "void")
+        return f"*{element}"
+    if isinstance(ty, types.RawPointer):  # voidptr
+        return "*void"
+    raise LaunchpadError(
+        f"argument {name!r}: launchpad cannot pass Numba type {ty} (it passes arrays, integers, floats, "
+        "booleans, complex numbers, pointers and tuples of these)"
+    )
+
+
+def _numpy_name(ty: Any) -> str | None:
+    try:
+        from numba.cuda.np.numpy_support import as_dtype
+
+        return as_dtype(ty).name
+    except Exception:
+        return None
+
+
+def _element_dtype(ty: Any, name: str, array: Any) -> tuple[str, int]:
+    dtype = _numpy_name(ty)
+    if dtype not in _ELEMENT_WORDS:
+        raise LaunchpadError(
+            f"argument {name!r}: launchpad cannot pass arrays of {ty} ({array}); element types: "
+            + ", ".join(_ELEMENT_WORDS)
+        )
+    import numpy as np
+
+    return dtype, np.dtype(dtype).itemsize
+
+
+def _normalize_signature(signature: Any) -> tuple[tuple[Any, ...], Any]:
+    from numba.cuda.core import sigutils
+
+    try:
+        args, return_type = sigutils.normalize_signature(signature)
+    except Exception as exc:
+        raise LaunchpadError(f"invalid Numba signature {signature!r}: {exc}") from None
+    return tuple(args), return_type
+
+
+def _argument_names(pyfunc: Any, count: int) -> list[str]:
+    try:
+        params = [
+            p.name
+            for p in inspect.signature(pyfunc).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    return [params[i] if i < len(params) else f"arg{i}" for i in range(count)]
+
+
+def _compute_capability(arch: str) -> tuple:
+    """``(9, 0)`` from ``"sm_90"``, ``(9, 0, "a")`` from ``"sm_90a"``: Numba's ``cc``."""
+    m = re.fullmatch(r"(?:sm|compute)_(\d+)(\d)([a-z]?)", arch)
+    if m is None:
+        raise LaunchpadError(f"cannot tell the compute capability of arch {arch!r}")
+    major, minor, suffix = int(m.group(1)), int(m.group(2)), m.group(3)
+    return (major, minor, suffix) if suffix else (major, minor)
+
+
+# --- compiling ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Compiled:
+    codes: list[bytes]  # LTO-IR or PTX of the kernel and the device functions it calls
+    output: str  # "ltoir" or "ptx"
+    entry: str  # the mangled kernel name
+    cooperative: bool  # the code synchronizes the grid
+    linking_files: list[Any]  # files declared with declare_device(link=...)
+    keepalive: dict  # objects the code refers to by address
+
+
+@contextlib.contextmanager
+def _compiling_for(cc: tuple) -> Iterator[None]:
+    """Make Numba compile the device functions a kernel calls for ``cc``.
+
+    Numba's dispatcher compiles a called device function (a ``@cuda.jit(device=True)``
+    function, or an overload such as ``cuda.cg.this_grid``) for "the current device", which it
+    asks the driver for: without a GPU that fails, and with one it may not be the target. While
+    this thread compiles (the caller holds Numba's compiler lock), it answers ``cc`` instead;
+    other threads still get the real device.
+    """
+    from numba.cuda import dispatcher
+
+    original = dispatcher.get_current_device
+    target = pytypes.SimpleNamespace(compute_capability=tuple(cc[:2]))
+    me = threading.get_ident()
+
+    def current_device() -> Any:
+        return target if threading.get_ident() == me else original()
+
+    dispatcher.get_current_device = current_device
+    try:
+        yield
+    finally:
+        dispatcher.get_current_device = original
+
+
+def _compile(pyfunc: Any, argtypes: tuple, cc: tuple, lto: bool, options: dict) -> _Compiled:
+    """Compile with Numba's compiler (never the dispatcher) for compute capability ``cc``.
+
+    The public ``numba.cuda.compile`` returns the code alone; the code library behind it also
+    knows the entry name, whether the kernel synchronizes the grid (what Numba's dispatcher
+    reads to launch cooperatively) and the files ``declare_device`` asked to link, so that is
+    used where this numba-cuda has it, and the public call otherwise.
+    """
+    from numba.cuda.core.compiler_lock import global_compiler_lock
+
+    internal = _internal_compiler()
+    try:
+        with global_compiler_lock, _compiling_for(cc):
+            if internal is None:
+                return _compile_public(pyfunc, argtypes, cc, options)
+            lib, _ = internal(pyfunc, argtypes, device=False, cc=cc, abi="numba", lto=lto, **options)
+            if lto:
+                codes = [bytes(lib.get_ltoir(cc=cc))]
+            else:
+                codes = [ptx.encode() for ptx in lib.get_asm_strs(cc=cc)]
+            return _Compiled(
+                codes,
+                "ltoir" if lto else "ptx",
+                lib._entry_name,
+                bool(lib.use_cooperative),
+                list(lib._linking_files),
+                dict(getattr(lib, "referenced_objects", {})),
+            )
+    except LaunchpadError:
+        raise
+    except Exception as exc:
+        if type(exc).__module__.startswith("numba"):  # typing and lowering errors: the user's code
+            raise CompileError(f"Numba could not compile {pyfunc.__name__!r} for {argtypes}", str(exc)) from exc
+        raise
+
+
+def _internal_compiler() -> Any:
+    """numba-cuda's compile entry point that returns the code library, or None."""
+    from numba.cuda import compiler
+
+    return getattr(compiler, "_compile_pyfunc_with_fixup", None)
+
+
+def _compile_public(pyfunc: Any, argtypes: tuple, cc: tuple, options: dict) -> _Compiled:
+    """Through ``numba.cuda.compile`` alone: PTX, whose ``.entry`` and calls tell the rest."""
+    from numba import cuda
+
+    ptx, _ = cuda.compile(pyfunc, argtypes, device=False, abi="numba", output="ptx", cc=cc, **options)
+    entries = re.findall(r"\.entry\s+([\w$.]+)\s*\(", ptx)
+    if len(entries) != 1:
+        raise LaunchpadError(f"expected one kernel in Numba's PTX for {pyfunc.__name__!r}, found {entries}")
+    cooperative = any(re.search(rf"\b{s}\b", ptx) for s in _GRID_SYNC_SYMBOLS)
+    return _Compiled([ptx.encode()], "ptx", entries[0], cooperative, [], {})
+
+
+# --- linking --------------------------------------------------------------------------------------
+
+
+def _numba_object(item: Any, arch: str, output: str) -> Any:
+    """A file given to ``declare_device(link=...)`` (a path or Numba ``LinkableCode``) as an
+    object :func:`launchpad.link` takes; CUDA C++ sources are compiled with NVRTC."""
+    from cuda.core import ObjectCode
+
+    if isinstance(item, (str, Path)):
+        path = Path(item)
+        if path.suffix == ".cu":
+            return _cpp.compile_cuda_object(path.read_text(), arch=arch, output=output, include_dirs=[path.parent])
+        data, kind = path.read_bytes(), path.suffix.lstrip(".")
+    else:
+        if any(getattr(item, attr, None) for attr in ("setup_callback", "teardown_callback", "nrt")):
+            raise LaunchpadError(
+                f"cannot link {getattr(item, 'name', item)!r}: launchpad does not run Numba's module setup/teardown "
+                "callbacks or its runtime (NRT)"
+            )
+        data = item.data
+        kind = _linkable_kind(item)
+        if kind == "cu":
+            return _cpp.compile_cuda_object(data if isinstance(data, str) else data.decode(), arch=arch, output=output)
+        if isinstance(data, str):
+            data = data.encode()
+    if kind == "a":
+        return ObjectCode.from_library(bytes(data))
+    if kind == "o":
+        return ObjectCode.from_object(bytes(data))
+    return bytes(data)  # PTX, LTO-IR, cubin and fatbin are told apart by their bytes
+
+
+def _linkable_kind(item: Any) -> str:
+    kind = getattr(item, "kind", None)
+    if kind == "cu":
+        return kind
+    try:
+        from numba.cuda.cudadrv.linkable_code import FILE_EXTENSION_MAP
+
+        return next((ext for ext, value in FILE_EXTENSION_MAP.items() if value == kind), "")
+    except ImportError:
+        return ""
+
+
+def _cudadevrt() -> Any:
+    """libcudadevrt.a, which holds what grid synchronization calls."""
+    from cuda.core import ObjectCode
+
+    path = None
+    try:
+        from cuda import pathfinder
+
+        path = pathfinder.find_static_lib("cudadevrt")
+    except Exception:
+        try:
+            from numba.cuda.cudadrv.libs import get_cudalib
+
+            path = get_cudalib("cudadevrt", static=True)
+        except Exception:
+            path = None
+    if not path or not Path(path).is_file():
+        raise CompileError(
+            "this kernel synchronizes the grid, which needs libcudadevrt.a; it was not found "
+            "(install the CUDA runtime's static libraries, e.g. the nvidia-cuda-runtime wheel)"
+        )
+    return ObjectCode.from_library(Path(path).read_bytes())

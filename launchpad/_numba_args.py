@@ -1,0 +1,245 @@
+"""Run-time conversion of Numba kernel arguments that expand into several parameters.
+
+Numba passes one array argument of ``n`` dimensions as ``5 + 2n`` parameters of 8 bytes:
+``meminfo, parent, nitems, itemsize, data, shape[0..n-1], strides[0..n-1]`` (strides in
+bytes; meminfo and parent are NULL outside Numba's runtime). A complex scalar is two floats.
+The converters here build those values from torch tensors, Numba device arrays or anything
+with ``__cuda_array_interface__``, and refuse what the compiled code cannot handle.
+
+This module must not import Numba: a saved Numba kernel (:func:`launchpad.load`) launches
+without it. It registers ``CONVERTERS["numba_array"]`` and ``CONVERTERS["numba_complex"]``.
+
+Speed: the array converter runs once per array per launch, so for each array type (``ndim``,
+dtype, layout) a function is generated once whose torch path is straight-line code: a class,
+dtype and device check, ``shape``/``stride()`` unpacked into locals, the layout promise checked
+with integer comparisons and one tuple built. Anything else (another array kind, or any
+refusal) goes to :func:`_convert_slow`, which also writes the error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import _driver
+from ._launcher import CONVERTERS, Arg, Context, _describe
+from .errors import ArgumentTypeError
+
+__all__ = ["array_converter", "convert_array", "convert_complex"]
+
+_LAYOUT_WORDS = {"C": "C-contiguous", "F": "Fortran-contiguous (column-major)", "A": "strided"}
+
+# (ndim, dtype, layout, itemsize) -> generated converter
+_SPECIALIZED: dict[tuple[int, str, str, int], Callable[[Any, int, Context, Arg], tuple]] = {}
+
+
+def _contiguous_expr(ndim: int, layout: str, shape: list[str], strides: list[str]) -> str:
+    """A Python expression, true when the strides (in elements) keep a C or F layout promise.
+
+    Same rule as torch's ``is_contiguous``: a dimension of extent 1 may have any stride (Numba's
+    C and F code indexes from the shape alone), and an empty array is contiguous.
+    """
+    order = range(ndim - 1, -1, -1) if layout == "C" else range(ndim)
+    terms, extent = [], []
+    for d in order:
+        expected = " * ".join(extent) or "1"
+        terms.append(f"({shape[d]} == 1 or {strides[d]} == {expected})")
+        extent.append(shape[d])
+    return "n == 0 or (" + " and ".join(terms) + ")"
+
+
+def array_converter(ndim: int, dtype: str, layout: str, itemsize: int, **_: Any) -> Callable[..., tuple]:
+    """The converter of one array type, generated on first use and cached.
+
+    The returned ``convert(value, device, ctx, arg)`` gives the ``5 + 2 * ndim`` parameter
+    values of one array argument, or raises :class:`ArgumentError` naming the argument.
+    """
+    key = (ndim, dtype, layout, itemsize)
+    fn = _SPECIALIZED.get(key)
+    if fn is not None:
+        return fn
+    shape = [f"s{d}" for d in range(ndim)]
+    strides = [f"t{d}" for d in range(ndim)]
+    lines = [
+        "def convert(value, device, ctx, arg):",
+        "    if value.__class__ is _Tensor and value.dtype is _dtype and value.get_device() == device:",
+    ]
+    if ndim == 0:
+        lines += [
+            "        if value.dim() == 0:",
+            f"            return (0, 0, 1, {itemsize}, value.data_ptr())",
+        ]
+    else:
+        # unpacking checks ndim for free: a wrong-length tuple raises ValueError
+        lines += [
+            "        try:",
+            f"            {', '.join(shape)}, = value.shape",
+            "        except ValueError:",
+            "            return _slow(value, device, ctx, arg)",
+            f"        {', '.join(strides)}, = value.stride()",
+            f"        n = {' * '.join(shape)}",
+        ]
+        result = f"(0, 0, n, {itemsize}, value.data_ptr(), {', '.join(shape)}, " + ", ".join(
+            f"{t} * {itemsize}" for t in strides
+        )
+        if layout == "A":
+            lines.append(f"        return {result})")
+        else:
+            lines += [f"        if {_contiguous_expr(ndim, layout, shape, strides)}:", f"            return {result})"]
+    lines.append("    return _slow(value, device, ctx, arg)")
+    spec = dict(ndim=ndim, dtype=dtype, layout=layout, itemsize=itemsize)
+    namespace: dict[str, Any] = {
+        "_Tensor": torch.Tensor,
+        "_dtype": getattr(torch, dtype, None),  # None (no torch dtype): every tensor takes the slow path
+        "_slow": lambda value, device, ctx, arg: _convert_slow(value, device, ctx, arg, **spec),
+    }
+    source = "\n".join(lines) + "\n"
+    exec(compile(source, f"<launchpad numba array {ndim}d {dtype} {layout}>", "exec"), namespace)
+    fn = namespace["convert"]
+    fn.__source__ = source
+    _SPECIALIZED[key] = fn
+    return fn
+
+
+def convert_array(value: Any, device: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+    """``CONVERTERS["numba_array"]``: the parameter values of one Numba array argument.
+
+    ``options``: ``ndim``, ``dtype`` (a numpy dtype name), ``layout`` (``"C"``, ``"F"`` or
+    ``"A"``), ``itemsize`` and ``type`` (Numba's name of the type, for messages).
+    """
+    return array_converter(**options)(value, device, ctx, arg)
+
+
+# Generated launch functions call the specialized converter directly (no keyword unpacking).
+convert_array.specialize = array_converter  # type: ignore[attr-defined]
+
+
+def _strides_text(strides: tuple[int, ...], itemsize: int) -> str:
+    if all(s % itemsize == 0 for s in strides):
+        return f"strides {tuple(s // itemsize for s in strides)} (in elements)"
+    return f"strides {tuple(strides)} (in bytes)"
+
+
+def _convert_slow(
+    value: Any, device: int, ctx: Context, arg: Arg, *, ndim: int, dtype: str, layout: str, itemsize: int
+) -> tuple:
+    """Every array argument the generated fast path did not take; raises for bad ones.
+
+    Objects with ``__cuda_array_interface__`` (Numba device arrays, CuPy) are converted here on
+    every launch, so the messages are only built when one is raised.
+    """
+    if isinstance(value, torch.Tensor):
+        if value.get_device() != device:
+            if value.device.type != "cuda":
+                raise ctx.error(arg, f"expected a CUDA tensor, got {_describe(value)}")
+            raise ctx.error(arg, f"tensor is on cuda:{value.get_device()} but the launch is on cuda:{device}")
+        if getattr(torch, dtype, None) is not value.dtype:
+            raise _wrong_dtype(ctx, arg, value)
+        shape = tuple(value.shape)
+        strides = tuple(s * itemsize for s in value.stride())
+        address = value.data_ptr()
+    else:
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if not isinstance(cai, dict):
+            raise ctx.error(
+                arg,
+                f"expected a CUDA array for {_typename(arg)} (a torch tensor, a Numba device array or an object "
+                f"with __cuda_array_interface__), got {_describe(value)}",
+                ArgumentTypeError,
+            )
+        if cai.get("mask") is not None:
+            raise ctx.error(arg, f"masked arrays are not supported ({type(value).__name__} has a mask)")
+        typestr = cai["typestr"]
+        if typestr != _TYPESTRS.get(dtype) and _numpy_dtype(typestr) != np.dtype(dtype):
+            raise _wrong_dtype(ctx, arg, value)
+        shape = tuple(cai["shape"])
+        raw = cai.get("strides")
+        # no strides in the interface means C-contiguous
+        strides = tuple(raw) if raw is not None else _c_strides(shape, itemsize)
+        address = int(cai["data"][0])
+        if address and len(shape) == ndim:
+            owner = _driver.pointer_device(address)
+            if owner != device:
+                if owner is None:
+                    raise ctx.error(arg, f"address {address:#x} of {_what(value)} is not device memory")
+                raise ctx.error(arg, f"memory is on cuda:{owner} but the launch is on cuda:{device}")
+    if len(shape) != ndim:
+        raise ctx.error(arg, f"expected a {ndim}-d array ({_typename(arg)}), got {_what(value)} of shape {shape}")
+    nitems = 1
+    for s in shape:
+        nitems *= s
+    if layout != "A" and nitems and not _keeps_layout(shape, strides, itemsize, layout):
+        hint = "; .contiguous() makes one" if layout == "C" else ""
+        raise ctx.error(
+            arg,
+            f"the kernel was compiled for a {_LAYOUT_WORDS[layout]} array ({_typename(arg)}), got {_what(value)} of "
+            f"shape {shape} with {_strides_text(strides, itemsize)}{hint}",
+        )
+    return (0, 0, nitems, itemsize, address, *shape, *strides)
+
+
+#: The usual ``typestr`` of each element type (others are compared as numpy dtypes).
+_TYPESTRS = {name: np.dtype(name).str for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+)}  # fmt: skip
+
+
+def _numpy_dtype(typestr: Any) -> np.dtype | None:
+    try:
+        return np.dtype(typestr)
+    except TypeError:
+        return None
+
+
+def _typename(arg: Arg) -> str:
+    o = arg.options
+    return o.get("type") or f"array({o.get('dtype')}, {o.get('ndim')}d, {o.get('layout')})"
+
+
+def _what(value: Any) -> str:
+    """An array argument as messages name it: ``a torch.float32 tensor``, ``a DeviceNDArray of float32``."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor"
+    typestr = value.__cuda_array_interface__["typestr"]
+    got = _numpy_dtype(typestr)
+    return f"a {type(value).__name__} of {got if got is not None else repr(typestr)}"
+
+
+def _wrong_dtype(ctx: Context, arg: Arg, value: Any) -> Exception:
+    dtype = arg.options.get("dtype")
+    return ctx.error(arg, f"expected {dtype} elements ({_typename(arg)}), got {_what(value)}", ArgumentTypeError)
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    out, step = [], itemsize
+    for s in reversed(shape):
+        out.append(step)
+        step *= s
+    return tuple(reversed(out))
+
+
+def _keeps_layout(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, layout: str) -> bool:
+    """Whether byte ``strides`` are C (or F) contiguous, ignoring dimensions of extent 1."""
+    order = range(len(shape) - 1, -1, -1) if layout == "C" else range(len(shape))
+    expected = itemsize
+    for d in order:
+        if shape[d] != 1 and strides[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
+
+
+def convert_complex(value: Any, device: int, ctx: Context, arg: Arg, **_: Any) -> tuple:
+    """``CONVERTERS["numba_complex"]``: a complex scalar as its two parameters, real and imaginary."""
+    try:
+        return (value.real, value.imag)  # Python and numpy complex, float and int all have both
+    except AttributeError:
+        raise ctx.error(arg, f"expected a complex number, got {_describe(value)}", ArgumentTypeError) from None
+
+
+CONVERTERS["numba_array"] = convert_array
+CONVERTERS["numba_complex"] = convert_complex
