@@ -43,10 +43,24 @@ def _cuda_include_dir() -> str | None:
 
 @functools.cache
 def _nvrtc_version() -> str:
-    try:
-        from cuda.bindings import nvrtc  # version lookup only; compiling goes through cuda.core
+    """Which NVRTC compiles, for cache keys.
 
-        return ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
+    Loading libnvrtc to ask it costs most of a cache hit, so NVIDIA's pip wheel (which
+    cuda.pathfinder prefers when present) is identified by its dist-info name instead.
+    """
+    try:
+        import nvidia  # the namespace package of NVIDIA's wheels
+
+        for root in nvidia.__path__:
+            found = sorted(Path(root).parent.glob("nvidia_cuda_nvrtc*.dist-info"))
+            if found:
+                return found[-1].name
+    except ImportError:
+        pass
+    try:
+        from cuda.bindings import nvrtc  # a system toolkit's NVRTC: ask the library
+
+        return "nvrtc " + ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
     except Exception:
         return "unknown"
 
