@@ -1,0 +1,602 @@
+"""The launchers under test: one small factory per launcher.
+
+Each factory takes the :class:`Context`, sets its launcher up, launches once and checks the
+kernel's result against torch (so a launcher that does nothing cannot look fast), and returns a
+:class:`~benchmarks.harness.Timed` whose ``call`` issues ONE launch. A launcher that cannot run
+here (a peer that is not installed, a launchpad front end that fails) raises, and the harness
+reports it as missing with the reason; nothing is ever substituted for it.
+
+All launchers launch the same tiny kernel, ``y[i] = 2 * x[i]`` over 1024 floats in one block of
+1024 threads (two pointers and an int), on torch's current stream, so the GPU is never the
+bottleneck and what is timed is the host's cost per launch. Each is called the way its users
+call it; where a launcher has several ways, the note says which one is timed.
+
+The argument-count sweep uses kernels with k pointer arguments (plus ``n``) whose C++ and
+Triton sources are generated here.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+
+from .harness import Entry, Missing, Timed, WrongResult, describe
+
+N = 1024  # elements of the launch-overhead kernel: one block of 1024 threads
+SWEEP_N = 128  # elements of the sweep kernels: one block of 128 threads (Triton: 4 warps)
+SWEEP_KS = (1, 4, 8, 16, 32)
+
+CPP_SOURCE = r"""
+extern "C" __global__ void double_it(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * 2.0f;
+}
+"""
+CPP_NAME = "double_it"
+NUMBA_SIGNATURE = "void(float32[::1], float32[::1], int32)"
+TRITON_BLOCK = 1024
+
+
+def sweep_cpp_source(k: int) -> str:
+    """A kernel with k pointer arguments and ``n``: ``p0[i] = 1 + p1[i] + ... + p{k-1}[i]``.
+
+    Every pointer is read, so none is an unused parameter; with ``p1..`` all ones the result
+    is ``k`` everywhere, which the setup checks.
+    """
+    params = ", ".join(["float* p0", *(f"const float* p{j}" for j in range(1, k)), "int n"])
+    body = "".join(f"        acc += p{j}[i];\n" for j in range(1, k))
+    return (
+        f'extern "C" __global__ void ptrs{k}({params}) {{\n'
+        "    int i = threadIdx.x;\n"
+        "    if (i < n) {\n"
+        "        float acc = 1.0f;\n"
+        f"{body}"
+        "        p0[i] = acc;\n"
+        "    }\n"
+        "}\n"
+    )
+
+
+def sweep_triton_source(k: int) -> str:
+    """The Triton twin of :func:`sweep_cpp_source`, as a module defining ``ptrs{k}``."""
+    params = ", ".join([*(f"p{j}" for j in range(k)), "n", "BLOCK: tl.constexpr"])
+    loads = "".join(f"    acc += tl.load(p{j} + offs, mask=mask)\n" for j in range(1, k))
+    return (
+        "import triton\n"
+        "import triton.language as tl\n\n\n"
+        "@triton.jit\n"
+        f"def ptrs{k}({params}):\n"
+        "    offs = tl.arange(0, BLOCK)\n"
+        "    mask = offs < n\n"
+        "    acc = tl.full((BLOCK,), 1.0, tl.float32)\n"
+        f"{loads}"
+        "    tl.store(p0 + offs, acc, mask=mask)\n"
+    )
+
+
+# --- shared state --------------------------------------------------------------------------------
+
+
+class Context:
+    """Tensors and kernels shared by the launchers, each built once and on first use.
+
+    A build that fails is remembered as failed, so the launchers depending on it are all
+    reported missing with the same reason without retrying (a Triton compile takes seconds).
+    """
+
+    def __init__(self, workdir: Path, *, graph_kernels: int = 100):
+        import torch
+
+        self.torch = torch
+        self.workdir = workdir
+        self.graph_kernels = graph_kernels
+        self.device = torch.cuda.current_device()
+        self.n = N
+        self.x = torch.arange(N, dtype=torch.float32, device="cuda") * 0.5
+        self.y = torch.zeros_like(self.x)
+        self.expected = (self.x * 2).cpu()
+        self._memo: dict[str, tuple[bool, Any]] = {}
+
+    @property
+    def stream(self) -> int:
+        """torch's current raw stream handle: every launcher launches there."""
+        return self.torch.cuda.current_stream().cuda_stream
+
+    def once(self, key: str, build: Callable[[], Any]) -> Any:
+        if key not in self._memo:
+            try:
+                self._memo[key] = (True, build())
+            except Exception as exc:
+                self._memo[key] = (False, exc if isinstance(exc, Missing) else Missing(describe(exc)))
+        ok, value = self._memo[key]
+        if not ok:
+            raise Missing(str(value))
+        return value
+
+    def verify(
+        self,
+        launch: Callable[[], Any],
+        *,
+        reset: Callable[[], Any] | None = None,
+        read: Callable[[], Any] | None = None,
+        expected: Any = None,
+    ) -> None:
+        """Clear the output, launch once, wait, and compare with the expected result."""
+        torch = self.torch
+        (reset or self.y.zero_)()
+        torch.cuda.synchronize()
+        launch()
+        torch.cuda.synchronize()
+        got = torch.as_tensor(np.asarray(read())) if read is not None else self.y.cpu()
+        want = self.expected if expected is None else expected
+        if got.shape != want.shape or not torch.equal(got.cpu(), want):
+            bad = (got.cpu() != want).sum().item() if got.shape == want.shape else "shape"
+            raise WrongResult(f"wrong result: {bad} of {want.numel()} elements differ from torch")
+
+    # --- kernels shared by several launchers ---
+
+    def cpp(self) -> Any:
+        """The C++ kernel, compiled with launchpad.compile_cuda for the current GPU."""
+        import launchpad
+
+        return self.once("cpp", lambda: launchpad.compile_cuda(CPP_SOURCE, CPP_NAME))
+
+    def triton(self) -> SimpleNamespace:
+        """Triton's JIT function and the CompiledKernel its first launch returns."""
+
+        def build() -> SimpleNamespace:
+            mods = _import_triton()
+            from . import _triton_kernels
+
+            fn = _triton_kernels.double_it
+            compiled = fn[(1,)](self.x, self.y, self.n, BLOCK=TRITON_BLOCK)  # compiles, launches, returns it
+            self.torch.cuda.synchronize()
+            return SimpleNamespace(**vars(mods), fn=fn, compiled=compiled)
+
+        return self.once("triton", build)
+
+    def cfloor(self) -> CFloor:
+        return self.once("cfloor", lambda: CFloor(self.workdir, self.device))
+
+    def cuda_core(self) -> SimpleNamespace:
+        """cuda.core's launch API, with torch's current stream as a cuda.core Stream."""
+
+        def build() -> SimpleNamespace:
+            try:
+                from cuda.core import Device, LaunchConfig, ObjectCode, launch
+            except Exception as exc:
+                raise Missing(f"cuda.core: {describe(exc)}") from None
+            dev = Device(self.device)
+            dev.set_current()
+            handle = self.stream
+            try:  # torch's current stream, borrowed through the stream protocol
+                stream = dev.create_stream(_StreamHandle(handle))
+            except Exception:
+                if handle != 0:
+                    raise
+                from cuda.core import LEGACY_DEFAULT_STREAM  # torch's default stream is the legacy one
+
+                stream = LEGACY_DEFAULT_STREAM
+            return SimpleNamespace(launch=launch, LaunchConfig=LaunchConfig, ObjectCode=ObjectCode, stream=stream)
+
+        return self.once("cuda_core", build)
+
+    def numba(self) -> SimpleNamespace:
+        def build() -> SimpleNamespace:
+            try:
+                from numba import cuda as ncuda
+
+                from . import _numba_kernels
+            except Exception as exc:
+                raise Missing(f"numba-cuda: {describe(exc)}") from None
+            return SimpleNamespace(cuda=ncuda, kernels=_numba_kernels)
+
+        return self.once("numba", build)
+
+    def numba_dispatcher(self) -> Any:
+        """Numba's own dispatcher (``cuda.jit``) of the Numba kernel, compiled on first call."""
+        nb = self.numba()
+        # numba-cuda 0.30 registers an overload of np.row_stack, which numpy 2.5 removed: put it
+        # back for Numba's dispatcher only (launchpad's Numba path must do without it).
+        if not hasattr(np, "row_stack"):
+            np.row_stack = np.vstack
+        return self.once("numba_dispatcher", lambda: nb.cuda.jit(nb.kernels.double_it))
+
+    def lp_numba(self) -> Any:
+        """The Numba kernel through launchpad.from_numba."""
+        import launchpad
+
+        nb = self.numba()
+
+        def build() -> Any:
+            try:
+                return launchpad.from_numba(nb.kernels.double_it, NUMBA_SIGNATURE)
+            except TypeError:  # a front end that wants Numba's dispatcher rather than the function
+                return launchpad.from_numba(nb.cuda.jit(nb.kernels.double_it), NUMBA_SIGNATURE)
+
+        return self.once("lp_numba", build)
+
+    def sweep(self, k: int) -> SimpleNamespace:
+        """The tensors of the k-pointer sweep point: ``p0`` (output), then ``k - 1`` inputs of ones."""
+
+        def build() -> SimpleNamespace:
+            torch = self.torch
+            ptrs = [torch.zeros(SWEEP_N, device="cuda")] + [torch.ones(SWEEP_N, device="cuda") for _ in range(k - 1)]
+            expected = torch.full((SWEEP_N,), float(k))
+            return SimpleNamespace(ptrs=ptrs, expected=expected, reset=ptrs[0].zero_, read=lambda: ptrs[0].cpu())
+
+        return self.once(f"sweep{k}", build)
+
+    def sweep_cpp(self, k: int) -> Any:
+        """The C++ kernel of the k-pointer sweep point."""
+        import launchpad
+
+        return self.once(f"sweep_cpp{k}", lambda: launchpad.compile_cuda(sweep_cpp_source(k), f"ptrs{k}"))
+
+    def sweep_triton(self, k: int) -> SimpleNamespace:
+        def build() -> SimpleNamespace:
+            mods = _import_triton()
+            s = self.sweep(k)
+            path = self.workdir / f"lp_bench_sweep{k}.py"
+            path.write_text(sweep_triton_source(k))
+            name = f"lp_bench_sweep{k}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # Triton reads the source of a module it can find
+            spec.loader.exec_module(module)
+            fn = getattr(module, f"ptrs{k}")
+            compiled = fn[(1,)](*s.ptrs, SWEEP_N, BLOCK=SWEEP_N)
+            self.torch.cuda.synchronize()
+            return SimpleNamespace(**vars(mods), fn=fn, compiled=compiled)
+
+        return self.once(f"sweep_triton{k}", build)
+
+
+class _StreamHandle:
+    """A raw stream handle as an object with ``__cuda_stream__`` (what cuda.core wraps)."""
+
+    def __init__(self, handle: int):
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.handle
+
+
+def _import_triton() -> SimpleNamespace:
+    try:
+        import triton
+        from triton import knobs
+        from triton.runtime import driver
+    except Exception as exc:
+        raise Missing(f"triton: {describe(exc)}") from None
+    return SimpleNamespace(triton=triton, knobs=knobs, driver=driver)
+
+
+def user_args(kernel: Any, args: Sequence[Any], constexprs: int) -> tuple[Any, ...]:
+    """The arguments a launchpad Kernel from Triton takes: all of Triton's (constexprs included,
+    as ``jit_fn[grid]`` takes them) or those without the trailing constexprs, whichever its
+    argument list says."""
+    count = 1 + max((a.path[0] for a in kernel.args if a.path), default=-1)
+    if count == len(args):
+        return tuple(args)
+    if count == len(args) - constexprs:
+        return tuple(args[: len(args) - constexprs])
+    raise Missing(f"the kernel takes {count} arguments; expected {len(args)} or {len(args) - constexprs}")
+
+
+# --- the C floor ---------------------------------------------------------------------------------
+
+
+class CFloor:
+    """``cfloor.c`` compiled into a shared library at run time and loaded with ctypes."""
+
+    def __init__(self, workdir: Path, device: int):
+        cc = shlex.split(os.environ.get("CC", "")) or [shutil.which("gcc") or shutil.which("cc") or shutil.which("clang") or ""]
+        if not cc[0]:
+            raise Missing("no host C compiler (gcc, cc or clang) on PATH to build the C floor")
+        source = Path(__file__).with_name("cfloor.c")
+        lib_path = workdir / "libcfloor.so"
+        cmd = [*cc, "-O2", "-shared", "-fPIC", "-o", str(lib_path), str(source), "-ldl"]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise Missing(f"building the C floor failed: {' '.join(cmd)}: {proc.stderr.strip()[:300]}")
+        self.compiler = " ".join(cc)
+        lib = ctypes.CDLL(str(lib_path))
+        lib.lp_error.restype = ctypes.c_char_p
+        lib.lp_init.argtypes = [ctypes.c_int]
+        lib.lp_load.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p),
+                                ctypes.POINTER(ctypes.c_void_p)]  # fmt: skip
+        lib.lp_launch.argtypes = [ctypes.c_void_p, ctypes.c_longlong, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                                  ctypes.c_void_p]  # fmt: skip
+        for f in (lib.lp_init, lib.lp_load, lib.lp_launch):
+            f.restype = ctypes.c_int
+        self.lib = lib
+        err = lib.lp_init(device)
+        if err:
+            raise Missing(f"C floor: {self._error(err)}")
+
+    def _error(self, err: int) -> str:
+        text = self.lib.lp_error().decode(errors="replace")
+        return text if err < 0 and text else f"CUresult {err}"
+
+    def load(self, image: bytes, name: str) -> int:
+        """Load a cubin in the current context (modules stay loaded for the process)."""
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        err = self.lib.lp_load(image, name.encode(), ctypes.byref(module), ctypes.byref(function))
+        if err:
+            raise Missing(f"C floor: cuModuleLoadData/cuModuleGetFunction({name!r}) failed: {self._error(err)}")
+        return function.value
+
+    def launcher(self, function: int, grid: int, block: int, values: Sequence[Any], stream: int) -> Callable[[int], None]:
+        """A function issuing ``count`` launches of one prepacked launch from C."""
+        params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
+        launch, fn, s = self.lib.lp_launch, ctypes.c_void_p(function), ctypes.c_void_p(stream or None)
+
+        def batch(count: int, _keep: Any = (values, params)) -> None:
+            err = launch(fn, count, grid, 1, 1, block, 1, 1, 0, s, params)
+            if err:
+                raise RuntimeError(f"cuLaunchKernel failed in the C loop: {self._error(err)}")
+
+        return batch
+
+
+def _ptr(t: Any) -> ctypes.c_uint64:
+    return ctypes.c_uint64(t.data_ptr())
+
+
+# --- launch-overhead launchers -------------------------------------------------------------------
+
+
+def c_floor(ctx: Context) -> Timed:
+    floor, k = ctx.cfloor(), ctx.cpp()
+    function = floor.load(k.image, k.name)
+    batch = floor.launcher(function, 1, N, [_ptr(ctx.x), _ptr(ctx.y), ctypes.c_int32(ctx.n)], ctx.stream)
+    ctx.verify(lambda: batch(1))
+    return Timed(batch=batch, note=f"cuLaunchKernel in a C loop ({floor.compiler}), same cubin, prepacked params")
+
+
+def lp_triton(ctx: Context) -> Timed:
+    import launchpad
+
+    t = ctx.triton()
+    k = launchpad.from_triton(t.compiled)
+    args = user_args(k, (ctx.x, ctx.y, ctx.n, TRITON_BLOCK), constexprs=1)
+    call = lambda: k.launch(1, None, *args)
+    ctx.verify(call)
+    block = ", 1024" if len(args) == 4 else ""
+    return Timed(call, note=f"k = launchpad.from_triton(compiled); k.launch(1, None, x, y, n{block})")
+
+
+def lp_cpp(ctx: Context) -> Timed:
+    k, x, y, n = ctx.cpp(), ctx.x, ctx.y, ctx.n
+    call = lambda: k.launch(1, 1024, x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="k = launchpad.compile_cuda(src, 'double_it'); k.launch(1, 1024, x, y, n)")
+
+
+def lp_numba(ctx: Context) -> Timed:
+    k, x, y, n = ctx.lp_numba(), ctx.x, ctx.y, ctx.n
+    call = lambda: k.launch(1, 1024, x, y, n)
+    ctx.verify(call)
+    return Timed(call, note=f"k = launchpad.from_numba(fn, {NUMBA_SIGNATURE!r}); k.launch(1, 1024, x, y, n), torch tensors")
+
+
+def lp_numba_getitem(ctx: Context) -> Timed:
+    k, x, y, n = ctx.lp_numba(), ctx.x, ctx.y, ctx.n
+    call = lambda: k[1, 1024](x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="the same kernel launched with Numba's syntax: k[1, 1024](x, y, n)")
+
+
+def lp_bound(ctx: Context) -> Timed:
+    bound = ctx.cpp().bind(1, 1024, ctx.x, ctx.y, ctx.n)
+    ctx.verify(bound)
+    return Timed(bound, note="bound = k.bind(1, 1024, x, y, n); bound()  (C++ kernel)")
+
+
+def lp_triton_launcher(ctx: Context) -> Timed:
+    import launchpad
+
+    t = ctx.triton()
+    launcher, grid, x, y, n = launchpad.triton_launcher(t.fn), (1,), ctx.x, ctx.y, ctx.n
+    call = lambda: launcher[grid](x, y, n, BLOCK=TRITON_BLOCK)
+    ctx.verify(call)
+    return Timed(call, note="launchpad.triton_launcher(fn)[(1,)](x, y, n, BLOCK=1024)")
+
+
+def triton_jit(ctx: Context) -> Timed:
+    fn, grid, x, y, n = ctx.triton().fn, (1,), ctx.x, ctx.y, ctx.n
+    call = lambda: fn[grid](x, y, n, BLOCK=TRITON_BLOCK)
+    ctx.verify(call)
+    return Timed(call, note="fn[(1,)](x, y, n, BLOCK=1024)")
+
+
+def triton_compiled(ctx: Context) -> Timed:
+    compiled, grid, x, y, n = ctx.triton().compiled, (1, 1, 1), ctx.x, ctx.y, ctx.n
+    call = lambda: compiled[grid](x, y, n, TRITON_BLOCK)
+    ctx.verify(call)
+    return Timed(call, note="compiled[(1, 1, 1)](x, y, n, 1024)  (CompiledKernel.__getitem__ per call)")
+
+
+def _triton_bare_call(t: SimpleNamespace, args: tuple[Any, ...]) -> Callable[[], None]:
+    """Triton's launcher called exactly as ``JITFunction.run`` and ``CompiledKernel[grid]`` call it
+    (triton/compiler/compiler.py, 3.6), with what they look up per call looked up once."""
+    compiled = t.compiled
+    device = t.driver.active.get_current_device()
+    stream = t.driver.active.get_current_stream(device)
+    grid = (1, 1, 1)
+    run = compiled.run  # the CudaLauncher; the property loads the module on first use
+    function, packed = compiled.function, compiled.packed_metadata
+    metadata = compiled.launch_metadata(grid, stream, *args)  # None unless a launch hook is set
+    enter, exit_ = t.knobs.runtime.launch_enter_hook, t.knobs.runtime.launch_exit_hook
+    return lambda: run(1, 1, 1, stream, function, packed, metadata, enter, exit_, *args)
+
+
+def triton_bare(ctx: Context) -> Timed:
+    call = _triton_bare_call(ctx.triton(), (ctx.x, ctx.y, ctx.n, TRITON_BLOCK))
+    ctx.verify(call)
+    return Timed(call, note="compiled.run(1, 1, 1, stream, function, packed_metadata, None, None, None, x, y, n, 1024)")
+
+
+def cuda_core(ctx: Context) -> Timed:
+    cc, k = ctx.cuda_core(), ctx.cpp()
+    kernel = cc.ObjectCode.from_cubin(k.image).get_kernel(k.name)
+    config = cc.LaunchConfig(grid=1, block=1024)
+    launch, stream, x, y, n32 = cc.launch, cc.stream, ctx.x, ctx.y, np.int32(ctx.n)
+    call = lambda: launch(stream, config, kernel, x.data_ptr(), y.data_ptr(), n32)
+    ctx.verify(call)
+    return Timed(call, note="launch(stream, LaunchConfig(grid=1, block=1024), kernel, x.data_ptr(), y.data_ptr(), np.int32(n))")
+
+
+def cupy_raw(ctx: Context) -> Timed:
+    try:
+        import cupy as cp
+    except Exception as exc:
+        raise Missing(f"cupy: {describe(exc)}") from None
+    k = ctx.cpp()
+    path = ctx.workdir / "double_it.cubin"
+    path.write_bytes(k.image)
+    cp.cuda.Device(ctx.device).use()
+    kernel = cp.RawModule(path=str(path)).get_function(k.name)
+    xc = cp.asarray(ctx.x.cpu().numpy())
+    yc = cp.zeros_like(xc)
+    n32 = np.int32(ctx.n)
+    call = lambda: kernel((1,), (1024,), (xc, yc, n32))
+    ctx.verify(call, reset=lambda: yc.fill(0), read=lambda: cp.asnumpy(yc))
+    return Timed(call, note="RawModule(path=cubin).get_function(...)((1,), (1024,), (x, y, np.int32(n))), cupy arrays")
+
+
+def numba_devarray(ctx: Context) -> Timed:
+    nb, dispatcher = ctx.numba(), ctx.numba_dispatcher()
+    dx = nb.cuda.to_device(ctx.x.cpu().numpy())
+    dy = nb.cuda.device_array_like(dx)
+    zeros, n = np.zeros(N, np.float32), ctx.n
+    call = lambda: dispatcher[1, 1024](dx, dy, n)
+    ctx.verify(call, reset=lambda: dy.copy_to_device(zeros), read=dy.copy_to_host)
+    return Timed(call, note="cuda.jit(fn)[1, 1024](dx, dy, n), Numba device arrays")
+
+
+def numba_torch(ctx: Context) -> Timed:
+    dispatcher, x, y, n = ctx.numba_dispatcher(), ctx.x, ctx.y, ctx.n
+    call = lambda: dispatcher[1, 1024](x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="cuda.jit(fn)[1, 1024](x, y, n), torch tensors")
+
+
+def torch_mul(ctx: Context) -> Timed:
+    torch, x, y = ctx.torch, ctx.x, ctx.y
+    call = lambda: torch.mul(x, 2, out=y)
+    ctx.verify(call)
+    return Timed(call, note="torch.mul(x, 2, out=y)")
+
+
+def cuda_graph(ctx: Context) -> Timed:
+    torch, k, x, y, n = ctx.torch, ctx.cpp(), ctx.x, ctx.y, ctx.n
+    count = ctx.graph_kernels
+    k.launch(1, 1024, x, y, n)  # loaded before capture: capturing must not load modules
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # launchpad launches on torch's current stream: the capture stream
+        for _ in range(count):
+            k.launch(1, 1024, x, y, n)
+    ctx.verify(graph.replay)
+    return Timed(graph.replay, per_call=count, sync_in_timing=True,
+                 note=f"torch.cuda.CUDAGraph of {count} launches of the C++ kernel; replay time / {count}")  # fmt: skip
+
+
+LAUNCHERS: list[Entry] = [
+    Entry("c_floor", "C loop calling cuLaunchKernel (the floor)", "floor", c_floor),
+    Entry("lp_triton", "launchpad Kernel.launch, Triton cubin", "launchpad", lp_triton),
+    Entry("lp_cpp", "launchpad Kernel.launch, C++ (compile_cuda)", "launchpad", lp_cpp),
+    Entry("lp_numba", "launchpad Kernel.launch, Numba (from_numba)", "launchpad", lp_numba),
+    Entry("lp_numba_getitem", "launchpad k[grid, block](...), Numba", "launchpad", lp_numba_getitem),
+    Entry("lp_bound", "launchpad bound launch (Kernel.bind, C++)", "launchpad", lp_bound),
+    Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_triton_launcher),
+    Entry("triton_jit", "Triton fn[grid](...)", "peer", triton_jit),
+    Entry("triton_compiled", "Triton CompiledKernel[grid](...)", "peer", triton_compiled),
+    Entry("triton_bare", "Triton bare launcher compiled.run(...)", "peer", triton_bare),
+    Entry("cuda_core", "cuda.core launch(stream, config, kernel, ...)", "peer", cuda_core),
+    Entry("cupy", "CuPy RawKernel", "peer", cupy_raw),
+    Entry("numba_devarray", "Numba dispatcher, device arrays", "peer", numba_devarray),
+    Entry("numba_torch", "Numba dispatcher, torch tensors", "peer", numba_torch),
+    Entry("torch_mul", "torch.mul(x, 2, out=y)", "peer", torch_mul),
+    Entry("cuda_graph", "CUDA graph replay, per kernel", "graph", cuda_graph),
+]
+
+
+# --- argument-count sweep ------------------------------------------------------------------------
+
+
+def sweep_entries(k: int) -> list[Entry]:
+    """The launchers of sweep point k (k pointer arguments plus ``n``), keyed like :data:`LAUNCHERS`."""
+
+    def floor(ctx: Context) -> Timed:
+        s, cpp, fl = ctx.sweep(k), ctx.sweep_cpp(k), ctx.cfloor()
+        function = fl.load(cpp.image, cpp.name)
+        batch = fl.launcher(function, 1, SWEEP_N, [*map(_ptr, s.ptrs), ctypes.c_int32(SWEEP_N)], ctx.stream)
+        ctx.verify(lambda: batch(1), reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(batch=batch)
+
+    def cpp(ctx: Context) -> Timed:
+        s, kernel = ctx.sweep(k), ctx.sweep_cpp(k)
+        args = (*s.ptrs, SWEEP_N)
+        call = lambda: kernel.launch(1, SWEEP_N, *args)
+        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(call)
+
+    def lp_tri(ctx: Context) -> Timed:
+        import launchpad
+
+        s, t = ctx.sweep(k), ctx.sweep_triton(k)
+        kernel = launchpad.from_triton(t.compiled)
+        args = user_args(kernel, (*s.ptrs, SWEEP_N, SWEEP_N), constexprs=1)
+        call = lambda: kernel.launch(1, None, *args)
+        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(call)
+
+    def jit(ctx: Context) -> Timed:
+        s, t = ctx.sweep(k), ctx.sweep_triton(k)
+        fn, grid, args = t.fn, (1,), (*s.ptrs, SWEEP_N)
+        call = lambda: fn[grid](*args, BLOCK=SWEEP_N)
+        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(call)
+
+    def bare(ctx: Context) -> Timed:
+        s, t = ctx.sweep(k), ctx.sweep_triton(k)
+        call = _triton_bare_call(t, (*s.ptrs, SWEEP_N, SWEEP_N))
+        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(call)
+
+    def core(ctx: Context) -> Timed:
+        s, cpp, cc = ctx.sweep(k), ctx.sweep_cpp(k), ctx.cuda_core()
+        kernel = cc.ObjectCode.from_cubin(cpp.image).get_kernel(cpp.name)
+        config = cc.LaunchConfig(grid=1, block=SWEEP_N)
+        launch, stream, ptrs, n32 = cc.launch, cc.stream, s.ptrs, np.int32(SWEEP_N)
+        call = lambda: launch(stream, config, kernel, *[p.data_ptr() for p in ptrs], n32)
+        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(call)
+
+    return [
+        Entry("c_floor", "C loop calling cuLaunchKernel (the floor)", "floor", floor),
+        Entry("lp_cpp", "launchpad Kernel.launch, C++", "launchpad", cpp),
+        Entry("lp_triton", "launchpad Kernel.launch, Triton cubin", "launchpad", lp_tri),
+        Entry("triton_jit", "Triton fn[grid](...)", "peer", jit),
+        Entry("triton_bare", "Triton bare launcher compiled.run(...)", "peer", bare),
+        Entry("cuda_core", "cuda.core launch(...)", "peer", core),
+    ]
+
+
+SWEEP_KEYS = [e.key for e in sweep_entries(1)]
+LAUNCH_KEYS = [e.key for e in LAUNCHERS]

@@ -1,0 +1,580 @@
+"""Command line: ``python -m launchpad`` (or the ``launchpad`` console script).
+
+Commands
+--------
+info
+    Versions of launchpad and its peers, the CUDA driver, each device's limits, the cache.
+demo
+    Compile a templated saxpy with NVRTC; launch it and check it against torch when there is
+    a GPU, otherwise print its parameter layout and why it was not launched.
+bench
+    The benchmarks (``benchmarks/`` in the source tree): launch overhead against peers, the
+    argument-count sweep, compile, cache and import times.
+inspect FILE
+    Kernels of a cubin, fatbin, PTX or saved launchpad artifact: parameter layout, registers,
+    static shared memory. Needs no GPU.
+cache list | cache clear
+    The disk cache of compiled binaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import importlib.metadata
+import json
+import platform
+import struct
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["environment", "format_table", "gpu_status", "main"]
+
+#: Distributions whose versions ``info`` and the benchmarks report; the first installed name wins.
+DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "triton": ("triton",),
+    "numba": ("numba",),
+    "numba-cuda": ("numba-cuda",),
+    "cuda-core": ("cuda-core",),
+    "cuda-bindings": ("cuda-bindings",),
+    "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x"),
+    "numpy": ("numpy",),
+    "matplotlib": ("matplotlib",),
+}
+
+DEMO_SOURCE = r"""
+template <typename T>
+__global__ void saxpy(T a, const T* __restrict__ x, T* __restrict__ y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i];
+}
+"""
+DEMO_NAME = "saxpy<float>"
+DEMO_SIGNATURE = "fp32, *fp32, *fp32, i32"
+DEMO_ARCH = "sm_90"  # what the demo compiles for when there is no GPU to ask
+
+
+# --- environment ---------------------------------------------------------------------------------
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed version of each peer distribution, None when it is not installed.
+
+    Read from package metadata, so nothing is imported (importing triton or numba takes seconds).
+    """
+    out: dict[str, str | None] = {}
+    for label, names in DISTRIBUTIONS.items():
+        out[label] = None
+        for name in names:
+            try:
+                out[label] = importlib.metadata.version(name)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def gpu_status() -> tuple[bool, str]:
+    """``(True, "")`` when torch and the CUDA driver both see a GPU, else ``(False, why not)``.
+
+    launchpad launches on torch's streams, so it needs a CUDA build of torch as well as a GPU.
+    """
+    import torch
+
+    from . import _driver
+    from .errors import NoDeviceError
+
+    reasons = []
+    if torch.version.cuda is None:
+        reasons.append(f"this torch build ({torch.__version__}) has no CUDA support")
+    elif not torch.cuda.is_available():
+        reasons.append("torch sees no CUDA device")
+    try:
+        _driver.init()  # raises with the driver's own reason when there is none
+        if _driver.device_count() == 0:
+            reasons.append("the CUDA driver reports no GPU")
+    except NoDeviceError as exc:
+        reasons.append(str(exc).split(";")[0])  # the part after ';' is generic advice
+    return not reasons, "; ".join(reasons)
+
+
+def driver_version() -> str | None:
+    """The CUDA version the driver supports (``"13.0"``), None without a driver."""
+    from . import _driver
+    from .errors import LaunchpadError
+
+    try:
+        v = _driver.driver_version()
+    except LaunchpadError:
+        return None
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def devices() -> list[dict[str, Any]]:
+    """Name, compute capability and launch limits of every device the driver sees."""
+    from . import _driver
+
+    out = []
+    for d in range(_driver.device_count()):
+        major, minor = _driver.compute_capability(d)
+        info: dict[str, Any] = {
+            "index": d,
+            "name": _driver.device_name(d),
+            "compute_capability": f"{major}.{minor}",
+            "arch": f"sm_{major}{minor}",
+            "sms": _driver.device_attribute(d, "multiprocessor_count"),
+            "max_threads_per_block": _driver.device_attribute(d, "max_threads_per_block"),
+            "max_shared_per_block": _driver.device_attribute(d, "max_shared_memory_per_block"),
+            "max_shared_per_block_optin": _driver.device_attribute(d, "max_shared_memory_per_block_optin"),
+            "max_shared_per_sm": _driver.device_attribute(d, "max_shared_memory_per_multiprocessor"),
+        }
+        try:
+            import torch
+
+            if torch.cuda.is_available() and d < torch.cuda.device_count():
+                info["total_memory"] = torch.cuda.get_device_properties(d).total_memory
+        except Exception:  # memory size is a nicety; the driver's attributes above are what matter
+            pass
+        out.append(info)
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_summary() -> dict[str, Any]:
+    from . import _cache
+
+    found = _cache.entries()
+    return {
+        "dir": str(_cache.cache_dir()),
+        "entries": len(found),
+        "bytes": sum(_size(p) for p in found),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """Everything ``info`` reports, as a JSON-ready dict (the benchmarks record it too)."""
+    import torch
+
+    import launchpad
+
+    ok, reason = gpu_status()
+    return {
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "launchpad": launchpad.__version__,
+        "packages": package_versions(),
+        "torch_cuda": torch.version.cuda,
+        "driver": driver_version(),
+        "gpu_available": ok,
+        "no_gpu_reason": reason,
+        "devices": devices(),
+        "cache": cache_summary(),
+    }
+
+
+# --- formatting helpers --------------------------------------------------------------------------
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def human_bytes(n: int) -> str:
+    if n < 1024:
+        return f"{n} B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        n /= 1024
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "", indent: str = "") -> str:
+    """A plain text table under a rule.
+
+    ``align`` has one ``l`` or ``r`` per column (default: the first left, the others right). A
+    row shorter than the header (a launcher that is missing, with its reason) spans the rest.
+    """
+    align = align or "l" + "r" * (len(header) - 1)
+    cells = [["" if c is None else str(c) for c in row] for row in rows]
+    width = [len(h) for h in header]
+    for row in cells:
+        if len(row) == len(header):
+            width = [max(w, len(c)) for w, c in zip(width, row)]
+
+    def line(row: Sequence[str]) -> str:
+        if len(row) < len(header):
+            return indent + "  ".join([row[0].ljust(width[0]), *row[1:]]).rstrip()
+        return indent + "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(row, width, align)).rstrip()
+
+    rule = indent + "  ".join("-" * w for w in width)
+    return "\n".join([line(list(header)), rule, *(line(r) for r in cells)])
+
+
+def layout_table(params: Sequence[Any], indent: str = "    ") -> str:
+    """The parameter layout as a table (index, offset, size, align, type and name where known)."""
+    if not params:
+        return indent + "(no parameters)"
+    fields = ("index", "offset", "size", "align", "type", "name")
+    rows = []
+    for p in params:  # Param objects, or their dicts as an artifact stores them
+        values = [p.get(f) if isinstance(p, dict) else getattr(p, f) for f in fields]
+        rows.append([*values[:4], values[4] or "?", values[5] or ""])
+    header = list(fields)
+    if not any(r[-1] for r in rows):
+        header, rows = header[:-1], [r[:-1] for r in rows]
+    return format_table(header, rows, "rrrrll", indent)
+
+
+# --- info ----------------------------------------------------------------------------------------
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    env = environment()
+    if args.json:
+        print(json.dumps(env, indent=2))
+        return 0
+    print(f"launchpad {env['launchpad']}")
+    print(f"  python         {env['python']} ({env['python_executable']})")
+    print(f"  platform       {env['platform']}")
+    print(f"  cpu            {env['cpu']}")
+    packages = env["packages"]
+    for name, version in packages.items():
+        extra = ""
+        if name == "torch" and version is not None:
+            extra = f" (CUDA {env['torch_cuda']})" if env["torch_cuda"] else " (no CUDA support in this build)"
+        print(f"  {name:<14} {version or 'not installed'}{extra}")
+    print(f"  {'driver':<14} {'CUDA ' + env['driver'] if env['driver'] else 'none (no CUDA driver found)'}")
+    print()
+    if env["devices"]:
+        print(f"devices: {len(env['devices'])}")
+        for d in env["devices"]:
+            mem = f", {d['total_memory'] / 2**30:.1f} GiB" if "total_memory" in d else ""
+            print(
+                f"  cuda:{d['index']}  {d['name']}  {d['arch']} (compute capability {d['compute_capability']}), "
+                f"{d['sms']} SMs{mem}"
+            )
+            print(
+                f"          max threads/block {d['max_threads_per_block']}, shared memory/block "
+                f"{human_bytes(d['max_shared_per_block'])} ({human_bytes(d['max_shared_per_block_optin'])} opt-in), "
+                f"shared memory/SM {human_bytes(d['max_shared_per_sm'])}"
+            )
+    else:
+        print("devices: none")
+    if not env["gpu_available"]:
+        print(f"no GPU: {env['no_gpu_reason']}; compiling and inspecting work, launching needs a GPU")
+    cache = env["cache"]
+    print()
+    print(f"cache: {cache['dir']} ({cache['entries']} entries, {human_bytes(cache['bytes'])})")
+    return 0
+
+
+# --- demo ----------------------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    import launchpad
+
+    from . import _cache
+
+    ok, reason = gpu_status()
+    arch = None if ok else DEMO_ARCH
+    before = len(_cache.entries())
+    t0 = time.perf_counter()
+    kernel = launchpad.compile_cuda(DEMO_SOURCE, DEMO_NAME, arch=arch, signature=DEMO_SIGNATURE)
+    elapsed = time.perf_counter() - t0
+    how = "compiled with NVRTC" if len(_cache.entries()) > before else "loaded from the disk cache"
+    print(
+        f"{kernel.display_name} for {kernel.metadata.get('arch', arch)}: {how} in {elapsed:.3f} s "
+        f"({kernel.image_kind}, {len(kernel.image)} bytes)"
+    )
+    binary = kernel.binary
+    print(f"  entry           {kernel.name}")
+    if binary is not None:
+        print(f"  registers       {binary.registers if binary.registers is not None else '?'}")
+        print(f"  static shared   {binary.static_shared if binary.static_shared is not None else '?'} B")
+    print("  parameter layout:")
+    print(layout_table(kernel.params))
+    if not ok:
+        print(f"not launched: no GPU ({reason})")
+        return 0
+    return _demo_launch(kernel, args.n)
+
+
+def _demo_launch(kernel: Any, n: int) -> int:
+    import torch
+
+    device = torch.cuda.current_device()
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    a = 2.5
+    x = torch.randn(n, device="cuda", generator=gen)
+    y = torch.randn(n, device="cuda", generator=gen)
+    expected = a * x + y
+    block = 256
+    kernel.launch((n + block - 1) // block, block, a, x, y, n)
+    torch.cuda.synchronize()
+    error = (y - expected).abs().max().item() if n else 0.0
+    good = torch.allclose(y, expected, rtol=1e-5, atol=1e-5)
+    where = f"cuda:{device} ({torch.cuda.get_device_name(device)})"
+    print(f"launched {kernel.display_name} on {where}: y = {a} * x + y over {n} floats, max |error| {error:.3g}")
+    print("OK: matches torch" if good else "MISMATCH: the result differs from torch")
+    return 0 if good else 1
+
+
+# --- inspect -------------------------------------------------------------------------------------
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    from ._layout import kernels_in_image, read_image
+    from .errors import LaunchpadError
+    from .kernel import ARTIFACT_FORMAT
+
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        print(f"launchpad inspect: cannot read {str(path)!r}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if data.lstrip()[:1] == b"{":
+        try:
+            artifact = json.loads(data)
+        except ValueError as exc:
+            print(f"launchpad inspect: {str(path)!r} looks like JSON but does not parse: {exc}", file=sys.stderr)
+            return 2
+        if not isinstance(artifact, dict) or artifact.get("format") != ARTIFACT_FORMAT:
+            what = artifact.get("format") if isinstance(artifact, dict) else None
+            print(
+                f"launchpad inspect: {str(path)!r} is JSON but not a launchpad kernel artifact "
+                f"(format {what!r}, expected {ARTIFACT_FORMAT!r})",
+                file=sys.stderr,
+            )
+            return 2
+        return _inspect_artifact(path, artifact)
+    try:
+        image, kind = read_image(data)
+        kernels = kernels_in_image(image, kind)
+    except LaunchpadError as exc:
+        print(f"launchpad inspect: {str(path)!r}: {exc}", file=sys.stderr)
+        return 2
+    except (ValueError, IndexError, struct.error) as exc:  # a truncated or damaged binary
+        print(f"launchpad inspect: {str(path)!r}: cannot parse it: {exc}", file=sys.stderr)
+        return 2
+    print(f"{path}: {kind}, {len(image)} bytes, {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}")
+    if not kernels:
+        note = " (its entries may be compressed; the driver can still load it)" if kind == "fatbin" else ""
+        print(f"  no kernel could be read{note}")
+    for k in kernels.values():
+        _print_binary_kernel(k)
+    return 0
+
+
+def _print_binary_kernel(k: Any, params: Sequence[Any] | None = None) -> None:
+    print(f"kernel {k.name}")
+    facts = []
+    if k.arch:
+        facts.append(f"arch {k.arch}")
+    facts.append(f"registers {k.registers if k.registers is not None else '?'}")
+    facts.append(f"static shared {str(k.static_shared) + ' B' if k.static_shared is not None else '?'}")
+    facts.append(f"{len(k.params)} parameters")
+    print("  " + ", ".join(facts))
+    print(layout_table(params if params is not None else k.params))
+
+
+def _inspect_artifact(path: Path, artifact: dict) -> int:
+    from ._launcher import LaunchPlan
+    from ._layout import kernels_in_image
+    from .kernel import ARTIFACT_VERSION
+
+    try:
+        image = base64.b64decode(artifact["image"], validate=True)
+        kind, name = artifact["image_kind"], artifact["name"]
+        params = artifact["params"]
+    except (KeyError, TypeError, binascii.Error) as exc:
+        print(f"launchpad inspect: {str(path)!r}: damaged launchpad artifact ({exc!r})", file=sys.stderr)
+        return 2
+    version = artifact.get("version")
+    note = "" if version == ARTIFACT_VERSION else f" (version {version}; this launchpad reads {ARTIFACT_VERSION})"
+    print(f"{path}: launchpad kernel artifact{note}, {kind} image of {len(image)} bytes")
+    meta = artifact.get("metadata") or {}
+    print(f"kernel {artifact.get('display_name') or name}")
+    print(f"  entry           {name}")
+    for key in ("frontend", "arch"):
+        if key in meta:
+            print(f"  {key:<15} {meta[key]}")
+    try:
+        binary = kernels_in_image(image, kind).get(name)
+    except Exception:  # the layout recorded in the artifact is still worth showing
+        binary = None
+    if binary is not None:
+        print(f"  registers       {binary.registers if binary.registers is not None else '?'}")
+        print(f"  static shared   {binary.static_shared if binary.static_shared is not None else '?'} B")
+    defaults = LaunchPlan().to_json()
+    plan = {k: v for k, v in (artifact.get("plan") or {}).items() if v != defaults.get(k)}
+    if plan:
+        print("  launch plan     " + ", ".join(f"{k}={v}" for k, v in plan.items()))
+    print("  parameter layout:")
+    print(layout_table(params))
+    args = artifact.get("args") or []
+    if any(a.get("kind", "param") != "param" or len(a.get("path", [])) != 1 for a in args):
+        print("  arguments:")
+        for i, a in enumerate(args):
+            rest = {k: v for k, v in a.items() if k not in ("name", "kind")}
+            print(f"    {i}: {a.get('name') or '?'} ({a.get('kind', 'param')}) {json.dumps(rest)}")
+    return 0
+
+
+# --- cache ---------------------------------------------------------------------------------------
+
+
+def cmd_cache(args: argparse.Namespace) -> int:
+    from . import _cache
+
+    directory = _cache.cache_dir()
+    found = _cache.entries()
+    total = sum(_size(p) for p in found)
+    if args.action == "clear":
+        removed = _cache.clear()
+        print(f"removed {removed} entries ({human_bytes(total)}) from {directory}")
+        return 0
+    if not found:
+        state = "empty" if directory.is_dir() else "does not exist yet"
+        print(f"cache: {directory} ({state})")
+        return 0
+    print(f"cache: {directory}")
+    rows = []
+    for p in found:
+        st = p.stat()
+        rows.append([p.stem[:16], human_bytes(st.st_size), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime))])
+    print(format_table(["key", "size", "modified"], rows, "lrl", "  "))
+    print(f"total: {len(found)} entries, {human_bytes(total)}")
+    return 0
+
+
+# --- bench ---------------------------------------------------------------------------------------
+
+
+def _import_benchmarks() -> Any:
+    """The ``benchmarks`` package of the source tree this launchpad comes from.
+
+    It is not part of the wheel: found next to the ``launchpad`` package (a checkout or an
+    editable install) or on ``sys.path`` (``python -m launchpad`` from the repository root).
+    """
+    root = Path(__file__).resolve().parents[1]
+    if (root / "benchmarks" / "__init__.py").is_file() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    try:
+        import benchmarks
+    except ImportError:
+        return None
+    # some other distribution may install a top-level package of the same name
+    return benchmarks if getattr(benchmarks, "LAUNCHPAD_BENCHMARKS", False) else None
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    benchmarks = _import_benchmarks()
+    if benchmarks is None:
+        print(
+            "launchpad bench: the benchmarks are not installed with launchpad; they live in the source tree "
+            "(benchmarks/). Run `python -m launchpad bench` from a checkout of the repository.",
+            file=sys.stderr,
+        )
+        return 2
+    from benchmarks import runner
+
+    only = [t for item in (args.only or []) for t in item.replace(",", " ").split()]
+    return runner.run(
+        quick=args.quick,
+        out=args.out,
+        only=only,
+        load_inline=args.load_inline,
+        rounds=args.rounds,
+        batch=args.batch,
+        argv=["launchpad", *args.raw_argv],
+    )
+
+
+# --- entry point ---------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="launchpad", description="Launch CUDA kernels from Python with the lowest overhead Python can reach."
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("info", help="versions, devices and their limits, the cache")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("demo", help="compile a templated saxpy; launch and check it when there is a GPU")
+    p.add_argument("-n", type=int, default=1 << 20, help="number of elements (default 1048576)")
+    p.set_defaults(func=cmd_demo)
+
+    p = sub.add_parser("bench", help="run the benchmarks (from a source checkout)")
+    p.add_argument("--quick", action="store_true", help="fewer rounds and sweep points (under a minute)")
+    p.add_argument("--out", type=Path, default=None, help="where results go (default benchmarks/results)")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="NAMES",
+        help="comma-separated sections (launch, sweep, compile, import) and/or launcher names (globs allowed)",
+    )
+    p.add_argument("--load-inline", action="store_true", help="also time torch load_inline (slow: tens of seconds)")
+    p.add_argument("--rounds", type=int, default=None, help="override the number of timed batches per launcher")
+    p.add_argument("--batch", type=int, default=None, help="override the launches per timed batch")
+    p.set_defaults(func=cmd_bench)
+
+    p = sub.add_parser("inspect", help="kernels, parameter layout, registers of a cubin/fatbin/PTX/artifact")
+    p.add_argument("file", help="a .cubin, .fatbin, .ptx or a .json artifact written by Kernel.save")
+    p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("cache", help="list or clear the disk cache of compiled binaries")
+    p.add_argument("action", nargs="?", choices=("list", "clear"), default="list")
+    p.set_defaults(func=cmd_cache)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    parser = build_parser()
+    raw = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(raw)
+    args.raw_argv = raw
+    if args.command is None:
+        parser.print_help()
+        return 2
+    from .errors import LaunchpadError
+
+    try:
+        return int(args.func(args))
+    except LaunchpadError as exc:  # launchpad's own errors say what went wrong; no traceback needed
+        print(f"launchpad {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"launchpad {args.command}: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

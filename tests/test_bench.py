@@ -1,0 +1,595 @@
+"""The benchmark harness, targets and outputs, driven by fake launchers and a fake clock.
+
+What needs a GPU (the launchers themselves) is covered by the ``gpu`` tests at the end; the
+generated kernel sources and the C floor are compiled here without one.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+import launchpad
+import launchpad.cli
+from benchmarks import harness, launchers, runner, targets
+from benchmarks.harness import Entry, Launcher, Missing, Timed, WrongResult
+from launchpad import Arg
+
+HAS_GPU = torch.cuda.is_available()
+
+
+class FakeClock:
+    """A nanosecond clock that only the fake launchers (and a fake sync) advance."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.log: list[str] = []
+
+    def __call__(self) -> int:
+        return self.now
+
+    def launcher(self, key: str, cost_ns: int, *, group: str = "peer", per_call: int = 1,
+                 sync_in_timing: bool = False) -> Launcher:  # fmt: skip
+        def call() -> None:
+            self.now += cost_ns
+            self.log.append(key)
+
+        return Launcher(key, key.upper(), group, Timed(call, per_call=per_call, sync_in_timing=sync_in_timing))
+
+
+# --- timing ----------------------------------------------------------------------------------------
+
+
+def test_measure_reports_per_launch_time_of_each_batch():
+    clock = FakeClock()
+    syncs = []
+    fast, slow = clock.launcher("fast", 1000), clock.launcher("slow", 2500)
+    samples, errors = harness.measure(
+        [fast, slow], rounds=7, batch=50, warmup=10, sync=lambda: syncs.append(1), clock=clock
+    )
+    assert errors == {}
+    assert samples == {"fast": [1000.0] * 7, "slow": [2500.0] * 7}
+    # warm-up 10 calls each, then 7 batches of 50 each
+    assert clock.log.count("fast") == 10 + 7 * 50 and clock.log.count("slow") == 10 + 7 * 50
+    assert len(syncs) >= 2 * 7 * 2  # a sync before and after every timed batch
+
+
+def test_measure_interleaves_launchers_round_robin_with_rotating_start():
+    clock = FakeClock()
+    ls = [clock.launcher(k, 10) for k in "abc"]
+    harness.measure(ls, rounds=3, batch=1, warmup=0, sync=lambda: None, clock=clock)
+    warm = ["a", "b", "c"]  # warm-up of at least one call each
+    assert clock.log == warm + ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+
+
+def test_measure_native_batch_and_graph_launchers():
+    clock = FakeClock()
+    calls = []
+
+    def batch(n: int) -> None:  # the C loop: one call issues n launches at 100 ns each
+        calls.append(n)
+        clock.now += 100 * n
+
+    c_loop = Launcher("c_floor", "C", "floor", Timed(batch=batch))
+    # a graph of 10 kernels; the GPU paces it, so the closing sync (which takes 5000 ns here) counts
+    graph = clock.launcher("graph", 20, per_call=10, sync_in_timing=True)
+
+    def sync() -> None:
+        clock.now += 5000
+
+    samples, _ = harness.measure([c_loop, graph], rounds=2, batch=200, warmup=0, sync=sync, clock=clock)
+    assert calls[-1] == 200
+    assert samples["c_floor"] == [100.0, 100.0]
+    # 20 replays of 10 kernels: (20 * 20 ns + one 5000 ns sync) / 200 kernels
+    assert samples["graph"] == [(20 * 20 + 5000) / 200] * 2
+
+
+def test_measure_drops_a_launcher_that_fails_and_keeps_the_others():
+    clock = FakeClock()
+    state = {"n": 0}
+
+    def flaky() -> None:
+        state["n"] += 1
+        if state["n"] > 3:
+            raise RuntimeError("CUDA_ERROR_LAUNCH_FAILED")
+
+    good = clock.launcher("good", 7)
+    bad = Launcher("bad", "BAD", "peer", Timed(flaky))
+    samples, errors = harness.measure([good, bad], rounds=4, batch=2, warmup=1, sync=lambda: None, clock=clock)
+    assert errors == {"bad": "RuntimeError: CUDA_ERROR_LAUNCH_FAILED"}
+    assert samples["good"] == [7.0] * 4
+    assert len(samples["bad"]) == 1  # one batch succeeded before the failure
+
+
+def test_measure_e2e_includes_the_closing_sync():
+    clock = FakeClock()
+    lc = clock.launcher("x", 100)
+
+    def sync() -> None:
+        clock.now += 10_000
+
+    samples, errors = harness.measure_e2e([lc], launches=1000, repeats=3, sync=sync, clock=clock)
+    assert errors == {}
+    # the opening sync is before t0; the closing one is inside: (1000 * 100 + 10000) / 1000
+    assert samples["x"] == [110.0] * 3
+
+
+# --- statistics ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("q", [0, 10, 25, 50, 75, 90, 100])
+def test_percentile_matches_numpy(q):
+    values = [5.0, 1.0, 9.0, 3.5, 7.25, 2.0, 8.0]
+    assert harness.percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_summarize_and_empty_input():
+    s = harness.summarize([4.0, 1.0, 3.0, 2.0])
+    assert s["n"] == 4 and s["median"] == 2.5 and s["min"] == 1.0 and s["max"] == 4.0 and s["mean"] == 2.5
+    assert s["p10"] == pytest.approx(1.3) and s["p90"] == pytest.approx(3.7)
+    assert harness.summarize([]) == {"n": 0}
+    with pytest.raises(ValueError):
+        harness.percentile([], 50)
+
+
+def _record(key: str, samples: list[float], group: str = "peer", status: str = "ok") -> dict:
+    rec = {"key": key, "label": key, "group": group, "status": status}
+    harness.record_samples(rec, samples, None)
+    return rec
+
+
+def test_ratios_to_the_floor_of_the_same_run():
+    results = {
+        "c_floor": _record("c_floor", [1000.0, 1000.0, 1000.0], "floor"),
+        "lp": _record("lp", [1040.0, 1050.0, 1060.0], "launchpad"),
+        "peer": _record("peer", [2000.0, 2500.0, 3000.0]),
+    }
+    harness.record_e2e(results["c_floor"], [2000.0], None)
+    harness.record_e2e(results["peer"], [5000.0], None)
+    harness.add_ratios(results, "c_floor")
+    assert results["c_floor"]["ratio"]["median"] == 1.0
+    assert results["lp"]["ratio"]["median"] == pytest.approx(1.05)
+    assert results["peer"]["ratio"] == {"median": 2.5, "p10": pytest.approx(2.1), "p90": pytest.approx(2.9)}
+    assert results["peer"]["e2e"]["ratio"]["median"] == 2.5
+
+
+def test_no_ratios_without_a_floor():
+    results = {
+        "c_floor": {"key": "c_floor", "label": "C", "group": "floor", "status": "missing", "reason": "no compiler"},
+        "lp": _record("lp", [1.0, 2.0]),
+    }
+    harness.add_ratios(results, "c_floor")
+    assert results["lp"]["ratio"] is None
+    assert "ratio" not in results["c_floor"]
+
+
+# --- setup: missing peers are reported, never faked --------------------------------------------------
+
+
+def test_set_up_reports_missing_and_wrong_launchers():
+    def ok(ctx):
+        return Timed(lambda: None, note="fine")
+
+    def absent(ctx):
+        raise Missing("cupy: ModuleNotFoundError: No module named 'cupy'")
+
+    def broken(ctx):
+        raise NotImplementedError("launchpad.from_triton is being written")
+
+    def wrong(ctx):
+        raise WrongResult("wrong result: 1024 of 1024 elements differ from torch")
+
+    entries = [Entry("a", "A", "peer", ok), Entry("cupy", "CuPy", "peer", absent),
+               Entry("lp", "LP", "launchpad", broken), Entry("w", "W", "peer", wrong)]  # fmt: skip
+    lines: list[str] = []
+    ready, results = harness.set_up(entries, None, log=lines.append)
+    assert [lc.key for lc in ready] == ["a"]
+    assert results["a"]["status"] == "ok" and results["a"]["note"] == "fine"
+    assert results["cupy"] == {"key": "cupy", "label": "CuPy", "group": "peer", "status": "missing",
+                               "reason": "cupy: ModuleNotFoundError: No module named 'cupy'"}  # fmt: skip
+    assert results["lp"]["status"] == "missing"
+    assert results["lp"]["reason"] == "NotImplementedError: launchpad.from_triton is being written"
+    assert results["w"]["status"] == "error" and "differ from torch" in results["w"]["reason"]
+    assert any("CuPy" in line and "missing: cupy" in line for line in lines)
+
+
+def test_set_up_stops_when_the_device_fails():
+    def ok(ctx):
+        return Timed(lambda: None)
+
+    def sync():
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    with pytest.raises(RuntimeError, match="may be unusable"):
+        harness.set_up([Entry("a", "A", "peer", ok)], None, sync=sync, log=lambda _: None)
+
+
+def test_describe_keeps_the_first_lines_of_a_compiler_log():
+    exc = launchpad.CompileError("NVRTC could not compile for sm_90: 6: NVRTC_ERROR_COMPILATION,",
+                                 'default_program(3): error: identifier "INFINITY" is undefined\n\n1 error')  # fmt: skip
+    text = harness.describe(exc)
+    assert text.startswith("CompileError: NVRTC could not compile")
+    assert 'identifier "INFINITY" is undefined' in text
+    assert harness.describe(Missing("x" * 500), limit=50) == "x" * 47 + "..."
+
+
+# --- targets -----------------------------------------------------------------------------------------
+
+
+def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float] | None = None,
+                compile_s: dict[str, float] | None = None, missing: dict[str, str] | None = None) -> dict:  # fmt: skip
+    """A report with the given medians (ns for launches, s for compile times)."""
+    groups = {k: ("floor" if k == "c_floor" else "launchpad" if k.startswith("lp_") else "peer") for k in launchers.LAUNCH_KEYS}
+    report: dict = {}
+    if launch is not None:
+        results = {k: _record(k, [v], groups[k]) for k, v in launch.items()}
+        for k, why in (missing or {}).items():
+            results[k] = {"key": k, "label": k, "group": groups[k], "status": "missing", "reason": why}
+        harness.add_ratios(results, "c_floor")
+        report["launch"] = {"floor": "c_floor", "results": results}
+    if sweep32 is not None:
+        report["sweep"] = {"ks": [32], "results": {
+            k: {"key": k, "label": k, "group": groups[k], "per_k": {"32": _record(k, [v])}} for k, v in sweep32.items()
+        }}  # fmt: skip
+    if compile_s is not None:
+        report["compile"] = {k: {"label": k, "status": "ok", "stats": harness.summarize([v])} for k, v in compile_s.items()}
+    return report
+
+
+def by_prefix(report: dict, prefix: str) -> targets.TargetResult:
+    (hit,) = [t for t in targets.evaluate(report) if t.name.startswith(prefix)]
+    return hit
+
+
+GOOD_LAUNCH = {
+    "c_floor": 3690, "lp_triton": 3900, "lp_bound": 3750, "lp_numba": 4000, "lp_triton_launcher": 4500,
+    "triton_jit": 9970, "triton_bare": 4440, "cuda_core": 4050, "numba_devarray": 22600, "numba_torch": 54400,
+    "torch_mul": 5140,
+}  # fmt: skip
+
+
+def test_targets_pass_on_good_figures():
+    report = make_report(
+        GOOD_LAUNCH,
+        sweep32={"c_floor": 8100, "lp_triton": 9000, "lp_cpp": 8500, "triton_bare": 11500},
+        compile_s={"nvrtc_small": 0.07, "cache_hit": 0.012, "import_launchpad": 0.05},
+    )
+    results = targets.evaluate(report)
+    assert [t.status for t in results] == ["PASS"] * len(targets.TARGETS), results
+    first = by_prefix(report, "Kernel.launch, 3-param")
+    assert first.measured == "1.057x floor; fastest peer (cuda_core) 1.04x slower"
+
+
+def test_targets_fail_on_each_bound():
+    # launch just above 1.08x floor
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_triton=3990)), "Kernel.launch, 3-param").status == "FAIL"
+    # below 1.08x but a peer is faster
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, cuda_core=3800)), "Kernel.launch, 3-param").status == "FAIL"
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_bound=3805)), "bound launch").status == "FAIL"
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_triton_launcher=5000)), "triton_launcher").status == "FAIL"
+    numba = make_report(dict(GOOD_LAUNCH, lp_numba=8000))
+    assert by_prefix(numba, "Numba via launchpad: >= 3x").status == "FAIL"  # 22600 / 8000 = 2.8
+    assert by_prefix(numba, "Numba via launchpad: >= 6x").status == "PASS"  # 54400 / 8000 = 6.8
+    too_slow = make_report(sweep32={"c_floor": 8000, "lp_triton": 9700, "lp_cpp": 9000, "triton_bare": 11000})
+    assert by_prefix(too_slow, "32 pointer args, Kernel.launch (Triton").status == "FAIL"  # 1.21x floor
+    assert by_prefix(too_slow, "32 pointer args, Kernel.launch (C++)").status == "FAIL"  # only 1.22x faster
+    slow = make_report(compile_s={"nvrtc_small": 0.16, "cache_hit": 0.021, "import_launchpad": 0.151})
+    assert [by_prefix(slow, p).status for p in ("NVRTC", "disk-cache", "import")] == ["FAIL"] * 3
+
+
+def test_targets_not_applicable_say_why():
+    report = make_report(
+        {k: v for k, v in GOOD_LAUNCH.items() if k != "lp_triton"},
+        missing={"lp_triton": "NotImplementedError: launchpad.from_triton is being written"},
+    )
+    t = by_prefix(report, "Kernel.launch, 3-param")
+    assert t.status == "N/A" and "from_triton is being written" in t.detail
+    assert by_prefix(report, "bound launch").status == "PASS"
+    assert by_prefix(report, "NVRTC").status == "N/A" and "not measured" in by_prefix(report, "NVRTC").detail
+    no_floor = make_report({k: v for k, v in GOOD_LAUNCH.items() if k != "c_floor"}, missing={"c_floor": "no gcc"})
+    assert by_prefix(no_floor, "bound launch").status == "N/A" and "no gcc" in by_prefix(no_floor, "bound launch").detail
+
+
+# --- output ------------------------------------------------------------------------------------------
+
+
+def test_format_table_aligns_columns_and_spans_missing_rows():
+    rows = harness.launch_rows({
+        "c_floor": dict(_record("c_floor", [3690.0, 3700.0]), ratio={"median": 1.0}),
+        "cupy": {"key": "cupy", "label": "CuPy RawKernel", "status": "missing", "reason": "cupy: not installed"},
+    })  # fmt: skip
+    text = harness.format_table(harness.LAUNCH_HEADER, rows)
+    lines = text.splitlines()
+    assert lines[0].startswith("launcher") and set(lines[1]) <= {"-", " "}
+    assert "3.69" in lines[2] and "1.00x" in lines[2]
+    assert lines[3].startswith("CuPy RawKernel") and lines[3].endswith("missing: cupy: not installed")
+    # numbers are right-aligned under their headers
+    assert lines[0].index("us/launch") + len("us/launch") == lines[2].index("3.69") + len("3.69")
+    md = harness.markdown_table(["a", "b"], [["x|y", "1"], ["only"]])
+    assert md.splitlines() == ["| a | b |", "| --- | ---: |", "| x\\|y | 1 |", "| only |  |"]
+
+
+def _fake_entries(costs: dict[str, int]) -> list[Entry]:
+    """Entries whose launches spin for a fixed number of loop iterations (a known relative cost)."""
+    def make(n: int):
+        def factory(ctx):
+            return Timed(lambda: sum(range(n)), note=f"{n} iterations")
+        return factory
+
+    return [Entry(k, k.replace("_", " "), "floor" if k == "c_floor" else "launchpad" if k.startswith("lp_") else "peer",
+                  make(v)) for k, v in costs.items()]  # fmt: skip
+
+
+@pytest.fixture
+def fake_gpu_bench(monkeypatch):
+    """The bench runner with fake launchers, no GPU and no fresh-process measurements."""
+    env = launchpad.cli.environment()
+    env.update(gpu_available=True, no_gpu_reason="", devices=[{"name": "Fake GPU", "arch": "sm_90"}])
+    monkeypatch.setattr(launchpad.cli, "environment", lambda: env)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    monkeypatch.setattr(launchers, "Context", lambda workdir, graph_kernels: SimpleNamespace(workdir=workdir))
+
+    def no_cupy(ctx):
+        raise Missing("cupy: not installed")
+
+    fake = _fake_entries({"c_floor": 50, "lp_triton": 55, "triton_jit": 300}) + [Entry("cupy", "CuPy RawKernel", "peer", no_cupy)]
+    monkeypatch.setattr(launchers, "LAUNCHERS", fake)
+    monkeypatch.setattr(launchers, "sweep_entries", lambda k: _fake_entries(
+        {"c_floor": 50 + k, "lp_triton": 55 + k, "triton_bare": 80 + 2 * k}))  # fmt: skip
+
+
+def test_runner_writes_json_markdown_and_png(fake_gpu_bench, tmp_path, capsys):
+    status = runner.run(quick=True, out=tmp_path, only=["launch", "sweep"], rounds=5, batch=20, argv=["x"],
+                        log=lambda _: None)  # fmt: skip
+    assert status == 0
+    report = json.loads((tmp_path / "latest.json").read_text())
+    assert report["schema"] == runner.SCHEMA and report["sections"] == ["launch", "sweep"]
+    v = report["versions"]
+    for key in ("python", "launchpad", "torch", "triton", "cuda-core", "cuda-bindings", "numba-cuda", "cupy",
+                "driver", "gpu", "cpu"):  # fmt: skip
+        assert key in v
+    assert v["gpu"] == "Fake GPU" and v["torch"] == importlib.metadata.version("torch")
+    results = report["launch"]["results"]
+    floor = results["c_floor"]
+    assert floor["status"] == "ok" and len(floor["samples_ns"]) == 5 and floor["stats"]["n"] == 5
+    assert floor["ratio"]["median"] == 1.0 and len(floor["e2e"]["samples_ns"]) == 3
+    assert results["triton_jit"]["ratio"]["median"] > 1.0
+    assert results["cupy"] == {"key": "cupy", "label": "CuPy RawKernel", "group": "peer", "status": "missing",
+                               "reason": "cupy: not installed"}  # fmt: skip
+    sweep = report["sweep"]
+    assert sweep["ks"] == [1, 8, 32]
+    assert set(sweep["results"]["lp_triton"]["per_k"]) == {"1", "8", "32"}
+    assert sweep["results"]["c_floor"]["per_k"]["32"]["ratio"]["median"] == 1.0
+    names = {t["name"]: t for t in report["targets"]}
+    assert len(names) == len(targets.TARGETS)
+    assert names[targets.TARGETS[0][0]]["status"] in ("PASS", "FAIL")
+    assert all(t["status"] == "N/A" for t in report["targets"] if "Numba" in t["name"])
+    png = (tmp_path / "latest.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    md = (tmp_path / "latest.md").read_text()
+    assert "| launcher | us/launch |" in md and "CuPy RawKernel | missing: cupy: not installed" in md
+    assert "### Argument-count sweep" in md and "### Targets" in md
+    out = capsys.readouterr().out
+    assert "Launch overhead" in out and "c floor" in out and "missing: cupy: not installed" in out
+
+
+def test_runner_only_filters_launchers_but_keeps_the_floor(fake_gpu_bench, tmp_path):
+    assert runner.run(out=tmp_path, only=["triton_*"], rounds=2, batch=5, log=lambda _: None) == 0
+    report = json.loads((tmp_path / "latest.json").read_text())
+    assert set(report["launch"]["results"]) == {"c_floor", "triton_jit"}
+    assert report["sections"] == ["launch", "sweep"]
+
+
+def test_runner_keeps_going_when_a_section_fails(fake_gpu_bench, tmp_path, monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise KeyError("per_k")
+
+    monkeypatch.setattr(runner, "sweep_section", broken)
+    assert runner.run(out=tmp_path, only=["launch", "sweep"], rounds=2, batch=5, log=lambda _: None) == 1
+    report = json.loads((tmp_path / "latest.json").read_text())
+    assert report["launch"]["results"]["c_floor"]["status"] == "ok"
+    assert report["sweep"] == {"error": "KeyError: 'per_k'"}
+    assert "sweep: failed\n\nKeyError: 'per_k'" in (tmp_path / "latest.md").read_text()
+    assert "Traceback" in capsys.readouterr().err  # an unexpected failure shows where it happened
+
+
+def test_parse_only():
+    keys = launchers.LAUNCH_KEYS
+    assert runner.parse_only([], keys) == (set(runner.SECTIONS), [])
+    assert runner.parse_only(["compile", "import"], keys) == ({"compile", "import"}, [])
+    assert runner.parse_only(["lp_*", "sweep"], keys) == ({"sweep"}, ["lp_*"])
+    assert runner.parse_only(["cupy"], keys) == ({"launch", "sweep"}, ["cupy"])
+    with pytest.raises(runner.UsageError, match="unknown name in --only: nope"):
+        runner.parse_only(["nope"], keys)
+    assert runner.selected("c_floor", ["cupy"]) and runner.selected("cupy", ["cu*"])
+    assert not runner.selected("lp_cpp", ["cupy"]) and runner.selected("lp_cpp", [])
+
+
+def test_config_quick_and_overrides():
+    full, quick = runner.Config.make(), runner.Config.make(quick=True)
+    assert full.sweep_ks == launchers.SWEEP_KS and 32 in quick.sweep_ks and 1 in quick.sweep_ks
+    assert quick.rounds < full.rounds and quick.fresh_repeats < full.fresh_repeats
+    over = runner.Config.make(quick=True, rounds=7, batch=300)
+    assert (over.rounds, over.sweep_rounds, over.batch, over.sweep_batch) == (7, 7, 300, 300)
+
+
+# --- launchers without a GPU: sources, the C floor, argument mapping ----------------------------------
+
+
+@pytest.mark.parametrize("k", [1, 4, 32])
+def test_generated_cpp_sweep_kernels_have_k_pointers_and_n(k):
+    kernel = launchpad.compile_cuda(launchers.sweep_cpp_source(k), f"ptrs{k}", arch=90)
+    assert [p.size for p in kernel.params] == [8] * k + [4]
+
+
+def test_generated_triton_sweep_kernel_compiles(tmp_path, monkeypatch):
+    pytest.importorskip("triton")
+    import importlib.util
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    path = tmp_path / "lp_bench_sweep_test4.py"
+    path.write_text(launchers.sweep_triton_source(4))
+    spec = importlib.util.spec_from_file_location("lp_bench_sweep_test4", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    signature = {**{f"p{j}": "*fp32" for j in range(4)}, "n": "i32", "BLOCK": "constexpr"}
+    compiled = triton.compile(ASTSource(module.ptrs4, signature, {"BLOCK": 128}), target=GPUTarget("cuda", 90, 32))
+    # the 4 pointers and n, then Triton's two scratch pointers
+    assert [p.size for p in launchpad.load_cubin(compiled.asm["cubin"], compiled.metadata.name).params] == [8] * 4 + [4, 8, 8]
+
+
+def test_user_args_follow_the_kernels_argument_list():
+    with_constexpr = SimpleNamespace(args=[Arg("x", path=(0,), param=0), Arg("n", path=(1,), param=1),
+                                           Arg("BLOCK", "const", (2,), value=64)])  # fmt: skip
+    without = SimpleNamespace(args=[Arg("x", path=(0,), param=0), Arg("n", path=(1,), param=1)])
+    assert launchers.user_args(with_constexpr, ("x", 5, 64), 1) == ("x", 5, 64)
+    assert launchers.user_args(without, ("x", 5, 64), 1) == ("x", 5)
+    with pytest.raises(Missing, match="takes 2 arguments; expected 4 or 3"):
+        launchers.user_args(without, ("x", "y", 5, 64), 1)
+
+
+def test_user_args_of_a_real_triton_kernel():
+    pytest.importorskip("triton")
+    from benchmarks import _triton_kernels
+
+    try:
+        k = launchpad.from_triton(_triton_kernels.double_it, signature="*fp32, *fp32, i32", constexprs={"BLOCK": 1024},
+                                  target=90)  # fmt: skip
+    except NotImplementedError:
+        pytest.skip("launchpad.from_triton is not written yet")
+    assert launchers.user_args(k, ("x", "y", 1024, 1024), 1) in (("x", "y", 1024, 1024), ("x", "y", 1024))
+
+
+@pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler")
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-driver message")
+def test_c_floor_builds_and_explains_a_missing_driver(tmp_path):
+    with pytest.raises(Missing, match=r"libcuda\.so\.1"):
+        launchers.CFloor(tmp_path, 0)
+    assert (tmp_path / "libcfloor.so").is_file()
+
+
+FAKE_LIBCUDA = r"""
+#include <stdint.h>
+#include <string.h>
+/* A stand-in for the driver: records what the C floor passes to cuLaunchKernel. */
+static int current = 0;
+long long launches = 0;
+unsigned int dims[7];
+uint64_t stream_seen, function_seen, p0, p1;
+int p2;
+int cuInit(unsigned int flags) { return 0; }
+int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
+int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = (void *)0x1234; return 0; }
+int cuCtxGetCurrent(void **ctx) { *ctx = current ? (void *)0x1234 : 0; return 0; }
+int cuCtxSetCurrent(void *ctx) { current = ctx != 0; return 0; }
+int cuModuleLoadData(void **module, const void *image) {
+    if (memcmp(image, "\x7f" "ELF", 4)) return 200; /* CUDA_ERROR_INVALID_IMAGE */
+    *module = (void *)0x42;
+    return 0;
+}
+int cuModuleGetFunction(void **function, void *module, const char *name) {
+    if (strcmp(name, "double_it")) return 500; /* CUDA_ERROR_NOT_FOUND */
+    *function = (void *)0x77;
+    return 0;
+}
+int cuModuleUnload(void *module) { return 0; }
+int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
+                   unsigned int bz, unsigned int smem, void *stream, void **params, void **extra) {
+    unsigned int d[7] = {gx, gy, gz, bx, by, bz, smem};
+    memcpy(dims, d, sizeof d);
+    function_seen = (uint64_t)f;
+    stream_seen = (uint64_t)stream;
+    p0 = *(uint64_t *)params[0];
+    p1 = *(uint64_t *)params[1];
+    p2 = *(int *)params[2];
+    launches++;
+    return extra ? 1 : 0;
+}
+"""
+
+FAKE_DRIVER_CHECK = r"""
+import ctypes, json, sys
+from pathlib import Path
+from benchmarks.harness import Missing
+from benchmarks.launchers import CFloor
+floor = CFloor(Path(sys.argv[1]), 0)
+function = floor.load(b"\x7fELF" + bytes(60), "double_it")
+values = [ctypes.c_uint64(0x7F0000001000), ctypes.c_uint64(0x7F0000002000), ctypes.c_int32(1024)]
+batch = floor.launcher(function, 3, 256, values, 0x5000)
+batch(250)
+drv = ctypes.CDLL("libcuda.so.1")
+read = lambda t, name: t.in_dll(drv, name).value
+out = {
+    "function": function, "launches": read(ctypes.c_longlong, "launches"),
+    "dims": list((ctypes.c_uint * 7).in_dll(drv, "dims")), "stream": read(ctypes.c_uint64, "stream_seen"),
+    "function_seen": read(ctypes.c_uint64, "function_seen"),
+    "params": [read(ctypes.c_uint64, "p0"), read(ctypes.c_uint64, "p1"), read(ctypes.c_int, "p2")],
+}
+try:
+    floor.load(b"\x7fELF" + bytes(60), "other")
+except Missing as exc:
+    out["missing"] = str(exc)
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("gcc"), reason="no gcc")
+def test_c_floor_against_a_fake_driver(tmp_path):
+    """The C loop, its ctypes signatures and the packed parameters, with a fake libcuda.so.1."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "fake.c").write_text(FAKE_LIBCUDA)
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "fake.c")],
+                   check=True)  # fmt: skip
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, "-c", FAKE_DRIVER_CHECK, str(tmp_path)], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["launches"] == 250
+    assert out["function"] == out["function_seen"] == 0x77
+    assert out["dims"] == [3, 1, 1, 256, 1, 1, 0] and out["stream"] == 0x5000
+    assert out["params"] == [0x7F0000001000, 0x7F0000002000, 1024]
+    assert out["missing"] == "C floor: cuModuleLoadData/cuModuleGetFunction('other') failed: CUresult 500"
+
+
+def test_c_floor_reports_a_compiler_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("CC", str(Path("/bin/false")))
+    with pytest.raises(Missing, match="building the C floor failed"):
+        launchers.CFloor(tmp_path, 0)
+
+
+# --- on a GPU: every launcher sets up, launches the right kernel, or is missing with a reason ---------
+
+
+@pytest.mark.gpu
+def test_every_launcher_sets_up_or_is_missing(tmp_path):
+    ctx = launchers.Context(tmp_path, graph_kernels=10)
+    ready, results = harness.set_up(launchers.LAUNCHERS, ctx, sync=torch.cuda.synchronize, log=lambda _: None)
+    assert not [r for r in results.values() if r["status"] == "error"], results
+    for key in ("c_floor", "lp_cpp", "lp_bound", "torch_mul", "cuda_graph", "cuda_core"):
+        assert results[key]["status"] == "ok", results[key]
+    samples, errors = harness.measure(ready, rounds=3, batch=20, warmup=5, sync=torch.cuda.synchronize)
+    assert errors == {} and all(len(v) == 3 for v in samples.values())
+
+
+@pytest.mark.gpu
+def test_sweep_launchers_set_up(tmp_path):
+    ctx = launchers.Context(tmp_path)
+    _, results = harness.set_up(launchers.sweep_entries(4), ctx, sync=torch.cuda.synchronize, log=lambda _: None)
+    assert not [r for r in results.values() if r["status"] == "error"], results
+    assert results["c_floor"]["status"] == "ok" and results["lp_cpp"]["status"] == "ok"
