@@ -91,6 +91,31 @@ def from_numba(
     LaunchpadError
         A signature launchpad cannot pass (records, datetimes, ...).
     """
+    with _numpy_row_stack_alias():
+        return _from_numba(fn, signature, arch, lto, link)
+
+
+@contextlib.contextmanager
+def _numpy_row_stack_alias() -> Iterator[None]:
+    """Lend NumPy 2.5+ the ``np.row_stack`` alias while Numba compiles.
+
+    numba-cuda 0.30 registers an overload of ``np.row_stack`` when its array module is first
+    imported; NumPy 2.5 removed that alias (it was ``np.vstack``), so the import, and with it
+    every compile, fails. The alias is taken back afterwards.
+    """
+    import numpy as np
+
+    if hasattr(np, "row_stack"):
+        yield
+        return
+    np.row_stack = np.vstack
+    try:
+        yield
+    finally:
+        del np.row_stack
+
+
+def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any]) -> Kernel:
     pyfunc = getattr(fn, "py_func", fn)
     target_options = dict(getattr(fn, "targetoptions", None) or {})
     if target_options.get("device"):

@@ -688,3 +688,26 @@ def test_pointer_and_enum_arguments_describe_as_scalars():
     )
     assert words == ["*fp32", "*void", "i16"] and names == ["p", "v", "mode"]
     assert [(a.kind, a.param, a.path) for a in args] == [("param", 0, (0,)), ("param", 1, (1,)), ("param", 2, (2,))]
+
+
+def test_compiles_on_numpy_without_row_stack():
+    """NumPy 2.5 removed np.row_stack, which numba-cuda 0.30 overloads on first import of its
+    array module; from_numba lends the alias while compiling and takes it back."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = """
+import numpy as np
+if hasattr(np, "row_stack"):
+    del np.row_stack  # what NumPy 2.5 looks like
+import launchpad as lp
+def k(x, n):
+    pass
+kernel = lp.from_numba(k, "void(float32[::1], int32)", arch=90)
+print(len(kernel.params), hasattr(np, "row_stack"))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).parents[1], env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])})  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["8", "False"]  # 5 + 2 params for the array, 1 for n
