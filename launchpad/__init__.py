@@ -26,7 +26,7 @@ from .kernel import Kernel, load, load_cubin
 
 # isort: split
 # Converters for arguments that expand into several parameters register themselves on import.
-from . import _numba_args  # noqa: F401
+from . import _numba_args, _tensordesc  # noqa: F401
 
 __version__ = "0.1.0"
 

@@ -1,17 +1,867 @@
-"""Triton front end (being written): turns Triton compiled kernels into launchpad Kernels."""
+"""Triton front end: Triton kernels as launchpad :class:`~launchpad.Kernel` objects.
+
+Four ways in, one description out (image, entry name, parameters, argument mapping, launch
+plan), following the calling convention of Triton's own launcher (``make_launcher`` and
+``CudaLauncher`` in ``triton/backends/nvidia/driver.py``, Triton 3.4 to 3.6):
+
+- :func:`from_triton` of a ``CompiledKernel`` (what ``jit_fn.warmup`` or ``triton.compile``
+  return), or of a ``@triton.jit`` function plus a signature, compiled here (for the current
+  GPU, or for any ``GPUTarget`` without one).
+- :func:`load_triton` of a Triton cache folder, without importing Triton.
+- :func:`triton_launcher`, a drop-in for ``jit_fn[grid](...)`` that computes Triton's
+  specialization key cheaply and compiles through Triton only on a miss.
+
+The parameter list always comes from the cubin (``.nv.info``) and takes its types from Triton's
+signature through :func:`~launchpad._layout.apply_signature`, which checks count and sizes.
+Python arguments map onto parameters with :class:`~launchpad._launcher.Arg`: ``param`` (with
+``align``/``multiple_of`` for the divisibility-16 specializations, so that a violating value
+raises instead of faulting), ``const`` for constexprs and values specialized away (an int equal
+to 1, None), ``expand`` for host tensor descriptors (``launchpad._tensordesc``), and ``scratch``
+for the hidden trailing ``global_scratch``/``profile_scratch`` pointers.
+
+Triton is imported lazily, inside the functions that need it: importing launchpad, loading a
+cache folder and loading a saved artifact never import it.
+"""
 
 from __future__ import annotations
 
+import json
+import numbers
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
 from typing import Any
 
+import torch
 
-def from_triton(compiled_or_jit: Any, **options: Any) -> Any:
-    raise NotImplementedError("launchpad.from_triton is being written")
+from ._launcher import Arg, LaunchPlan
+from ._layout import POINTER_DTYPES, Param, apply_signature, kernels_in_image
+from .errors import ArgumentError, LaunchpadError
+from .kernel import Kernel
+
+__all__ = ["TritonLauncher", "from_triton", "load_triton", "triton_launcher"]
 
 
-def load_triton(path: Any) -> Any:
-    raise NotImplementedError("launchpad.load_triton is being written")
+# --- the common description --------------------------------------------------------------------
 
 
-def triton_launcher(jit_fn: Any) -> Any:
-    raise NotImplementedError("launchpad.triton_launcher is being written")
+@dataclass(frozen=True)
+class _Leaf:
+    """One leaf of the Python signature (tuples flattened): a runtime value or a constant."""
+
+    name: str  # the Python argument's name
+    path: tuple[int, ...]  # (argument position, *indices into tuples)
+    type: str  # Triton type word: "*fp32", "i32", "tensordesc<fp16[64, 64]>" or "constexpr"
+    value: Any = None  # the constant, for "constexpr"
+    divisible: bool = False  # specialized divisible by 16 (pointer alignment / int multiple)
+
+    @property
+    def label(self) -> str:
+        return self.name + "".join(f"[{i}]" for i in self.path[1:])
+
+
+_TENSORDESC = re.compile(r"tensordesc<(\w+)\[([\d,\s]*)\]")
+_BOOL_WIDE = {"u1": "u32", "i1": "i32"}  # Triton 3.4 passed bools as 32-bit ints
+
+
+def _version(md: dict) -> tuple[int, int]:
+    """Triton's (major, minor) from the metadata (3.4 when it cannot tell)."""
+    m = re.match(r"(\d+)\.(\d+)", str(md.get("triton_version", "")))
+    if m:
+        return int(m.group(1)), int(m.group(2))
+    return (3, 5) if "profile_scratch_size" in md else (3, 4)
+
+
+def _word(ty: str) -> str:
+    """A Triton signature type as a launchpad type word."""
+    if ty.startswith("*k"):  # a pointer to const data ("const" annotation): same bits
+        return "*" + ty[2:]
+    if ty == "nvTmaDesc":  # Triton 3.4's pre-encoded CUtensorMap, passed by value
+        return "bytes128"
+    return ty
+
+
+def _divisible(attrs: Any) -> bool:
+    """Whether Triton attributes (``[["tt.divisibility", 16]]``) promise divisibility by 16."""
+    for item in attrs or ():
+        if isinstance(item, (list, tuple)) and len(item) == 2 and item[0] == "tt.divisibility":
+            return int(item[1]) % 16 == 0
+    return False
+
+
+def _jsonable(value: Any) -> Any:
+    """A constant as JSON: tuples as lists; Triton dtypes, functions and the like as their str()."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if type(value).__name__ == "constexpr" and hasattr(value, "value"):  # tl.constexpr wrapper
+        return _jsonable(value.value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return str(value)
+
+
+def _plan(md: dict) -> LaunchPlan:
+    """What every launch of a Triton kernel fixes, from its metadata."""
+    warp_size = (md.get("target") or {}).get("warp_size") or md.get("warp_size") or 32
+    num_ctas = md.get("num_ctas", 1) or 1
+    multiplier, cluster = 1, None
+    if num_ctas != 1:
+        dims = md.get("cluster_dims")
+        if dims:  # Triton 3.4/3.5: grid and cluster come from cluster_dims
+            dims = tuple(int(d) for d in dims)
+            if dims[1:] != (1, 1):
+                raise LaunchpadError(f"cluster_dims {dims} (a cluster along y or z) is not supported")
+            multiplier, cluster = dims[0], dims
+        else:
+            multiplier, cluster = num_ctas, (num_ctas, 1, 1)
+    return LaunchPlan(
+        block=(warp_size * md["num_warps"], 1, 1),
+        shared_mem=int(md.get("shared", 0) or 0),
+        grid_multiplier=multiplier,
+        cluster=cluster,
+        cluster_spread=cluster is not None,
+        non_portable_cluster=num_ctas == 16,
+        cooperative=bool(md.get("launch_cooperative_grid", False)),
+        pdl=bool(md.get("launch_pdl", False)),
+    )
+
+
+def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str) -> Kernel:
+    """The Kernel of a Triton cubin: params from the binary, typed by ``leaves``."""
+    name = md["name"]
+    binary = kernels_in_image(image, "cubin").get(name)
+    if binary is None:
+        raise LaunchpadError(f"kernel {name!r} is not in the cubin")
+    cubin = list(binary.params)
+    version = _version(md)
+    scratch = ("global", "profile") if version >= (3, 5) else ("global",)
+    if leaves is None:
+        return _build_untyped(image, md, binary, cubin, scratch, display_name)
+
+    descriptors = md.get("tensordesc_meta") or []
+    padding_flag = version >= (3, 5)
+    words: list[str] = []
+    labels: list[str] = []
+    args: list[Arg] = []
+    n_desc = 0
+    for leaf in leaves:
+        if leaf.type == "constexpr":
+            args.append(Arg(leaf.name, "const", leaf.path, value=_jsonable(leaf.value)))
+            continue
+        m = _TENSORDESC.match(leaf.type)
+        if m:
+            elem = m.group(1)
+            block = [int(d) for d in m.group(2).split(",") if d.strip()]
+            rank = len(block)
+            meta = descriptors[n_desc] if descriptors else None
+            n_desc += 1
+            start = len(words)
+            dims = [f"{leaf.label}.shape[{d}]" for d in range(rank)]
+            strides = [f"{leaf.label}.strides[{d}]" for d in range(rank)]
+            if meta:
+                words += ["bytes128"] + ["i32"] * rank + ["i64"] * rank
+                labels += [leaf.label, *dims, *strides]
+            else:
+                flag = ["u1"] if padding_flag else []
+                words += ["*" + elem] + ["i64"] * (2 * rank) + flag + ["i32"] * rank + ["i64"] * rank
+                labels += [leaf.label, *dims, *strides] + [f"{leaf.label}.padding"] * len(flag) + [*dims, *strides]
+            args.append(Arg(
+                leaf.name, "expand", leaf.path, params=tuple(range(start, len(words))), converter="tensordesc",
+                options={"rank": rank, "dtype": elem if POINTER_DTYPES.get(elem) else "", "block": block,
+                         "meta": _jsonable(meta) if meta else None, "padding_flag": padding_flag},
+            ))  # fmt: skip
+            continue
+        word = _word(leaf.type)
+        pointer = word.startswith("*")
+        args.append(Arg(
+            leaf.name, "param", leaf.path, param=len(words),
+            align=16 if leaf.divisible and pointer else 0,
+            multiple_of=16 if leaf.divisible and not pointer and word[0] in "iu" else 0,
+        ))  # fmt: skip
+        words.append(word)
+        labels.append(leaf.label)
+    for which in scratch:
+        size = int(md.get(f"{which}_scratch_size") or 0)
+        align = int(md.get(f"{which}_scratch_align") or 1)
+        args.append(Arg(f"{which}_scratch", "scratch", (), param=len(words), options={"size": size, "align": align}))
+        words.append("*i8")
+        labels.append(f"{which}_scratch")
+    # Triton 3.4 passed bools as 32-bit ints; the binary says which width this one has.
+    words = [
+        _BOOL_WIDE[w] if w in _BOOL_WIDE and i < len(cubin) and cubin[i].size == 4 else w for i, w in enumerate(words)
+    ]
+    params = apply_signature(cubin, words, display_name)
+    params = [replace(p, name=label) for p, label in zip(params, labels)]
+    return Kernel(
+        image, "cubin", name, params, args=tuple(args), plan=_plan(md), display_name=display_name,
+        metadata=_metadata(md), binary=binary,
+    )  # fmt: skip
+
+
+def _build_untyped(image, md, binary, cubin: list[Param], scratch: tuple, display_name: str) -> Kernel:
+    """A cubin and its metadata only (no TTIR): sizes from the binary, one argument per param.
+
+    Tensor descriptors in TMA form are still recognized (a 128-byte parameter with a
+    ``tensordesc_meta`` entry) and take a descriptor; everything else takes its raw value.
+    """
+    n = len(cubin) - len(scratch)
+    if n < 0:
+        raise LaunchpadError(f"kernel {md['name']!r}: the cubin has fewer parameters than Triton's hidden ones")
+    descriptors = [m for m in md.get("tensordesc_meta") or [] if m]
+    params, args, i, n_desc = [], [], 0, 0
+    typed = lambda p, w, label: replace(apply_signature([p], [w], display_name)[0], name=label)
+    while i < n:
+        p = cubin[i]
+        position = len({a.path[0] for a in args})
+        if p.size == 128 and n_desc < len(descriptors):
+            meta = descriptors[n_desc]
+            rank = len(meta["block_size"])
+            label = f"arg{position}"
+            words = ["bytes128"] + ["i32"] * rank + ["i64"] * rank
+            for j, w in enumerate(words):
+                params.append(typed(cubin[i + j], w, label if j == 0 else f"{label}.{'shape' if j <= rank else 'strides'}"))
+            args.append(Arg(label, "expand", (position,), params=tuple(range(i, i + len(words))),
+                            converter="tensordesc",
+                            options={"rank": rank, "dtype": "", "block": None, "meta": meta, "padding_flag": True}))
+            i += len(words)
+            n_desc += 1
+            continue
+        params.append(replace(p, name=f"arg{position}"))
+        args.append(Arg(f"arg{position}", "param", (position,), param=i))
+        i += 1
+    for which, p in zip(scratch, cubin[n:]):
+        size = int(md.get(f"{which}_scratch_size") or 0)
+        align = int(md.get(f"{which}_scratch_align") or 1)
+        params.append(typed(p, "*i8", f"{which}_scratch"))
+        args.append(Arg(f"{which}_scratch", "scratch", (), param=p.index, options={"size": size, "align": align}))
+    return Kernel(image, "cubin", md["name"], params, args=tuple(args), plan=_plan(md), display_name=display_name,
+                  metadata=_metadata(md), binary=binary)
+
+
+def _metadata(md: dict) -> dict:
+    """Triton's metadata as JSON (the same keys as the cache's ``NAME.json``)."""
+    return json.loads(json.dumps(_jsonable(dict(md))))
+
+
+# --- CompiledKernel ----------------------------------------------------------------------------
+
+
+def _metadata_of(compiled: Any) -> dict:
+    md = compiled.metadata
+    md = md._asdict() if hasattr(md, "_asdict") else dict(md)
+    target = md.get("target")
+    if target is not None and not isinstance(target, dict):
+        md["target"] = {"backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
+    return md
+
+
+def _source_leaves(src: Any) -> list[_Leaf]:
+    """The leaves of an ``ASTSource``: its function's arguments, signature, constants and attrs."""
+    names = list(src.fn.arg_names)
+    signature = dict(src.signature)
+    constants = {(k if isinstance(k, tuple) else (names.index(k),)): v for k, v in (src.constants or {}).items()}
+    attrs = {(k if isinstance(k, tuple) else (names.index(k),)): v for k, v in (src.attrs or {}).items()}
+    leaves: list[_Leaf] = []
+
+    def walk(name: str, path: tuple[int, ...], ty: Any) -> None:
+        if path in constants:
+            leaves.append(_Leaf(name, path, "constexpr", constants[path]))
+        elif isinstance(ty, (tuple, list)):
+            if not ty:  # an empty tuple: nothing reaches the kernel, but the argument is passed
+                leaves.append(_Leaf(name, path, "constexpr", ()))
+            for j, t in enumerate(ty):
+                walk(name, (*path, j), t)
+        elif ty == "constexpr":
+            leaves.append(_Leaf(name, path, "constexpr", None))
+        elif ty is None:
+            raise LaunchpadError(f"the signature has no type for argument {name!r}")
+        else:
+            leaves.append(_Leaf(name, path, str(ty), divisible=_divisible(attrs.get(path))))
+
+    for i, name in enumerate(names):
+        walk(name, (i,), signature.get(name))
+    return leaves
+
+
+def _from_compiled(compiled: Any) -> Kernel:
+    md = _metadata_of(compiled)
+    image = compiled.asm["cubin"]
+    src = getattr(compiled, "src", None)
+    if src is not None and hasattr(src, "fn") and hasattr(src.fn, "arg_names"):
+        leaves = _source_leaves(src)
+        display = src.fn.__name__
+    else:  # compiled from an IR file: the TTIR names the runtime arguments
+        ttir = compiled.asm.get("source") or compiled.asm.get("ttir")
+        leaves = _ttir_leaves(ttir, md["name"]) if ttir else None
+        display = md["name"]
+    kernel = _build(image, md, leaves, display)
+    if src is not None and hasattr(src, "signature"):
+        kernel.metadata["signature"] = _jsonable({str(k): v for k, v in src.signature.items()})
+    return kernel
+
+
+# --- compiling a jit function --------------------------------------------------------------------
+
+
+def _target(target: Any) -> Any:
+    from triton.backends.compiler import GPUTarget
+
+    if target is None:
+        from triton.runtime.driver import driver
+
+        return driver.active.get_current_target()
+    if isinstance(target, GPUTarget):
+        return target
+    if isinstance(target, int):
+        return GPUTarget("cuda", target, 32)
+    if isinstance(target, (tuple, list)) and len(target) == 3:
+        return GPUTarget(*target)
+    raise ArgumentError(f"target must be a triton GPUTarget, an int arch (90) or None, got {target!r}")
+
+
+def _run_options(jit_fn: Any, kwargs: dict, backend: Any) -> dict:
+    """The compile options ``jit_fn[grid](..., **kwargs)`` would use (see ``JITFunction.run``)."""
+    from triton import knobs
+
+    kwargs = dict(kwargs)
+    kwargs["debug"] = kwargs.get("debug", getattr(jit_fn, "debug", None)) or knobs.runtime.debug
+    mode = getattr(getattr(knobs, "compilation", None), "instrumentation_mode", None)
+    if mode is not None and "instrumentation_mode" in backend.parse_options({}).__dict__:
+        kwargs["instrumentation_mode"] = mode  # Triton 3.6 adds it to every launch's options
+    return kwargs
+
+
+def _signature_of(jit_fn: Any, signature: Any, constexprs: dict) -> dict:
+    """A full ASTSource signature: name -> type, with "constexpr" for every constant."""
+    names = list(jit_fn.arg_names)
+    const_names = {k for k in constexprs if isinstance(k, str)}
+    if signature is None:
+        signature = {}
+    if isinstance(signature, dict):
+        sig = dict(signature)
+        unknown = [k for k in sig if k not in names]
+        if unknown:
+            raise ArgumentError(f"{jit_fn.__name__}: signature names unknown arguments {unknown} (arguments: {names})")
+    else:
+        words = [w.strip() for w in signature.split(",")] if isinstance(signature, str) else list(signature)
+        runtime = [n for n, p in zip(names, jit_fn.params) if n not in const_names and not p.is_constexpr]
+        if len(words) != len(runtime):
+            raise ArgumentError(
+                f"{jit_fn.__name__}: {len(words)} signature types for {len(runtime)} runtime arguments {runtime}"
+            )
+        sig = dict(zip(runtime, words))
+    for name in names:
+        if name in const_names:
+            sig.setdefault(name, "constexpr")
+    missing = [n for n in names if n not in sig]
+    if missing:
+        raise ArgumentError(f"{jit_fn.__name__}: no type or constexpr value for arguments {missing}")
+    return {n: sig[n] for n in names}
+
+
+def _attrs_of(jit_fn: Any, attrs: Any) -> dict:
+    names = list(jit_fn.arg_names)
+    out = {}
+    for key, value in (attrs or {}).items():
+        path = (names.index(key),) if isinstance(key, str) else (key,) if isinstance(key, int) else tuple(key)
+        out[path] = [["tt.divisibility", 16]] if value in ("D", 16) else value
+    return out
+
+
+def _compile_jit(
+    jit_fn: Any,
+    signature: Any,
+    constexprs: dict | None,
+    attrs: Any,
+    target: Any,
+    options: dict,
+) -> Any:
+    import triton
+    from triton.compiler import ASTSource, make_backend
+
+    if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "params"):
+        raise ArgumentError(f"expected a @triton.jit function or a CompiledKernel, got {type(jit_fn).__name__}")
+    constexprs = dict(constexprs or {})
+    for p in jit_fn.params:  # constexpr arguments left out take their defaults, as at a launch
+        if p.is_constexpr and p.name not in constexprs:
+            if not p.has_default:
+                raise ArgumentError(f"{jit_fn.__name__}: constexpr argument {p.name!r} needs a value in constexprs")
+            constexprs[p.name] = p.default
+    target = _target(target)
+    backend = make_backend(target)
+    options = _run_options(jit_fn, {k: v for k, v in options.items() if v is not None}, backend)
+    src = ASTSource(jit_fn, _signature_of(jit_fn, signature, constexprs), constexprs, _attrs_of(jit_fn, attrs))
+    return triton.compile(src, target=target, options=options)
+
+
+def from_triton(
+    compiled_or_jit: Any,
+    *,
+    signature: dict[str, Any] | str | Iterable[str] | None = None,
+    constexprs: dict[Any, Any] | None = None,
+    attrs: dict[Any, Any] | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+    target: Any = None,
+    **options: Any,
+) -> Kernel:
+    """A :class:`~launchpad.Kernel` for a Triton kernel.
+
+    Parameters
+    ----------
+    compiled_or_jit
+        A ``triton.compiler.CompiledKernel`` (from ``jit_fn.warmup(...)``, ``jit_fn[grid](...)``
+        or ``triton.compile``), or a ``@triton.jit`` function to compile here.
+    signature
+        For a jit function: the types of its runtime arguments, as Triton's ``ASTSource`` takes
+        them (``{"x_ptr": "*fp32", "n": "i32", "t": ("*fp16", "i32")}``), or a string/list of
+        types in argument order for the arguments that are not constexprs.
+    constexprs
+        Values of constexpr arguments and of arguments to specialize away (an int equal to 1,
+        None), by name or, inside tuples, by path ``(arg_index, item_index)``. Constexpr
+        arguments left out take their defaults.
+    attrs
+        Triton attributes by argument name or path: ``"D"`` (or ``[["tt.divisibility", 16]]``)
+        compiles assuming the pointer is 16-byte aligned or the int a multiple of 16; the launch
+        then checks it.
+    num_warps, num_stages, **options
+        Triton compile options (``num_ctas``, ``maxnreg``, ``launch_pdl``, ...).
+    target
+        A ``triton.backends.compiler.GPUTarget`` (``GPUTarget("cuda", 90, 32)``, compiles without
+        a GPU), an int compute capability (90), or None for the current device.
+
+    Returns
+    -------
+    Kernel
+        Launch with ``kernel[grid](*args)`` or ``kernel.launch(grid, None, *args)``, passing every
+        Python argument in order as with ``CompiledKernel[grid](...)``: constexprs and
+        specialized values too, which must equal what the kernel was compiled for.
+    """
+    if not hasattr(compiled_or_jit, "asm") and hasattr(compiled_or_jit, "result"):
+        compiled_or_jit = compiled_or_jit.result()  # a FutureKernel of Triton's async compile mode
+    if hasattr(compiled_or_jit, "asm") and hasattr(compiled_or_jit, "metadata"):
+        return _from_compiled(compiled_or_jit)
+    options = {"num_warps": num_warps, "num_stages": num_stages, **options}
+    return _from_compiled(_compile_jit(compiled_or_jit, signature, constexprs, attrs, target, options))
+
+
+# --- Triton's cache folder (no Triton import) ----------------------------------------------------
+
+_ELEMENT_TYPES = {
+    "f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64", "f8E4M3FN": "fp8e4nv", "f8E5M2": "fp8e5",
+    "f8E4M3FNUZ": "fp8e4b8", "f8E5M2FNUZ": "fp8e5b16", "f8E4M3B11FNUZ": "fp8e4b15", "i1": "u1",
+}  # fmt: skip
+_INT_TYPE = re.compile(r"i(8|16|32|64)")
+
+
+def _ttir_type(ty: str, where: str) -> str:
+    """A TTIR argument type as a Triton type word.
+
+    MLIR integers are signless: an unsigned argument (``u32``, ``u64``) reads as ``i32``/``i64``
+    here, and a pointer to ints as ``*void`` (its dtype is not checked, which Triton does not
+    either).
+    """
+    ty = ty.strip()
+    m = re.fullmatch(r"!tt\.ptr<([^,>]+)(?:,\s*\d+)?>", ty)
+    if m:
+        elem = m.group(1).strip()
+        if elem in _ELEMENT_TYPES:
+            return "*" + _ELEMENT_TYPES[elem]
+        if _INT_TYPE.fullmatch(elem):
+            return "*void"
+        raise LaunchpadError(f"{where}: unsupported pointer type {ty!r}")
+    m = re.fullmatch(r"!tt\.tensordesc<tensor<([\dx]+)x(\w+)(?:,[^>]*)?>>", ty)
+    if m:
+        block = [int(d) for d in m.group(1).split("x")]
+        elem = _ELEMENT_TYPES.get(m.group(2)) or ("void" if _INT_TYPE.fullmatch(m.group(2)) else m.group(2))
+        return f"tensordesc<{elem}[{', '.join(map(str, block))}]>"
+    if ty in _ELEMENT_TYPES:
+        return _ELEMENT_TYPES[ty]
+    if _INT_TYPE.fullmatch(ty):
+        return ty
+    raise LaunchpadError(f"{where}: unsupported argument type {ty!r}")
+
+
+def _split_top(text: str, sep: str = ",") -> list[str]:
+    """Split at ``sep`` outside (), <>, {}, [] and quotes."""
+    out, depth, start, quoted = [], 0, 0, False
+    for i, c in enumerate(text):
+        if c == '"':
+            quoted = not quoted
+        elif quoted:
+            continue
+        elif c in "(<{[":
+            depth += 1
+        elif c in ")>}]":
+            depth -= 1
+        elif c == sep and depth == 0:
+            out.append(text[start:i])
+            start = i + 1
+    out.append(text[start:])
+    return [s.strip() for s in out if s.strip()]
+
+
+def _ttir_arguments(ttir: str, name: str) -> list[tuple[str, str, bool]]:
+    """``(loc name, type, divisible)`` of each argument of the public function ``name``."""
+    aliases = dict(re.findall(r'^(#loc\d*)\s*=\s*loc\("([^"]*)"\(', ttir, re.M))
+    m = re.search(rf"tt\.func\s+public\s+@{re.escape(name)}\s*\(", ttir) or re.search(
+        r"tt\.func\s+public\s+@[\w$.]+\s*\(", ttir
+    )
+    if m is None:
+        raise LaunchpadError(f"no public tt.func in the TTIR of {name!r}")
+    depth, end = 1, m.end()
+    while depth and end < len(ttir):
+        depth += {"(": 1, ")": -1}.get(ttir[end], 0)
+        end += 1
+    out = []
+    for i, piece in enumerate(_split_top(ttir[m.end() : end - 1])):
+        am = re.match(r"%[\w$.-]+\s*:\s*", piece)
+        rest = piece[am.end() :] if am else piece
+        cut = min((k for k in (rest.find(" {"), rest.find(" loc(")) if k >= 0), default=len(rest))
+        ty, tail = rest[:cut], rest[cut:]
+        lm = re.search(r'loc\("([^"]*)"', tail) or re.search(r"loc\((#loc\d*)\)", tail)
+        loc = lm.group(1) if lm else ""
+        loc = aliases.get(loc, loc) if loc.startswith("#") else loc
+        dm = re.search(r"tt\.divisibility\s*=\s*(\d+)", tail)
+        out.append((loc, _ttir_type(ty, f"kernel {name!r}, argument {i}"), bool(dm and int(dm.group(1)) % 16 == 0)))
+    return out
+
+
+def _ttir_leaves(ttir: str, name: str) -> list[_Leaf]:
+    """The runtime arguments a TTIR function takes, as leaves.
+
+    Constexprs and specialized values are compiled away and absent from the TTIR. Consecutive
+    arguments with the same name are the items of one tuple argument; a tensor descriptor is
+    followed by its shape and strides, which are not separate arguments.
+    """
+    arguments = _ttir_arguments(ttir, name)
+    items: list[tuple[str, str, bool]] = []
+    i = 0
+    while i < len(arguments):
+        loc, ty, divisible = arguments[i]
+        items.append((loc or f"arg{i}", ty, divisible))
+        m = _TENSORDESC.match(ty)
+        i += 1
+        if m:  # skip the descriptor's shape (i32) and strides (i64) when the TTIR lists them
+            rank = len([d for d in m.group(2).split(",") if d.strip()])
+            expansion = arguments[i : i + 2 * rank]
+            if [(n, t) for n, t, _ in expansion] == [(loc, "i32")] * rank + [(loc, "i64")] * rank:
+                i += 2 * rank
+    leaves: list[_Leaf] = []
+    position = -1
+    for k, (loc, ty, divisible) in enumerate(items):
+        same = k > 0 and items[k - 1][0] == loc
+        following = k + 1 < len(items) and items[k + 1][0] == loc
+        if not same:
+            position += 1
+        path = (position, sum(1 for it in items[:k] if it[0] == loc)) if same or following else (position,)
+        leaves.append(_Leaf(loc, path, ty, divisible=divisible))
+    return leaves
+
+
+def _cache_files(path: Path) -> tuple[Path, dict]:
+    """The metadata JSON of a cache entry (folder, ``NAME.json``, ``__grp__NAME.json`` or cubin)."""
+    if path.is_dir():
+        found = [p for p in sorted(path.glob("*.json")) if not p.name.startswith("__grp__")]
+        if len(found) != 1:
+            raise LaunchpadError(
+                f"{str(path)!r} should hold one Triton kernel's NAME.json, found {[p.name for p in found] or 'none'}"
+            )
+        path = found[0]
+    elif path.suffix == ".cubin":
+        path = path.with_suffix(".json")
+    elif path.name.startswith("__grp__"):
+        group = json.loads(path.read_text()).get("child_paths", {})
+        sibling = path.with_name(path.name[len("__grp__") :])
+        path = sibling if sibling.exists() else Path(next(p for c, p in group.items() if c.endswith(".json")))
+    try:
+        return path, json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise LaunchpadError(f"cannot read Triton metadata {str(path)!r}: {exc}") from None
+
+
+def load_triton(path: str | Path) -> Kernel:
+    """A :class:`~launchpad.Kernel` from a Triton cache entry, without importing Triton.
+
+    Parameters
+    ----------
+    path
+        A kernel's folder in Triton's cache (``~/.triton/cache/<hash>``), or its ``NAME.json``,
+        ``__grp__NAME.json`` or ``NAME.cubin``.
+
+    Returns
+    -------
+    Kernel
+        The cache records neither the constexpr values nor the arguments that specialization
+        removed (an int equal to 1, None), so this kernel takes only its runtime arguments, in
+        order: those named in the TTIR (``NAME.source`` or ``NAME.ttir``), whose
+        ``tt.divisibility = 16`` hints become alignment and multiple-of-16 checks. Items of a
+        tuple argument are passed as one tuple. Without a TTIR the kernel takes one raw value
+        per cubin parameter. To keep the full Python signature, save a :func:`from_triton`
+        kernel with :meth:`Kernel.save` instead.
+    """
+    md_path, md = _cache_files(Path(path))
+    stem = md_path.stem
+    folder = md_path.parent
+    cubin = folder / f"{stem}.cubin"
+    if not cubin.exists():
+        raise LaunchpadError(f"no {cubin.name} next to {str(md_path)!r}")
+    image = cubin.read_bytes()
+    ttir = next((p for p in (folder / f"{stem}.source", folder / f"{stem}.ttir") if p.exists()), None)
+    leaves = _ttir_leaves(ttir.read_text(), md["name"]) if ttir is not None else None
+    return _build(image, md, leaves, md["name"])
+
+
+# --- triton_launcher --------------------------------------------------------------------------------
+
+
+class _NoCache:
+    """A key part for values whose specialization this module does not compute: unhashable, so
+    the fast lookup always misses and Triton's own specialization decides."""
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return "<not cached>"
+
+
+_NOCACHE = _NoCache()
+_I32 = "i32"
+
+
+def _wide(x: int) -> str:
+    return "u64" if x >= 1 << 63 else "i64"
+
+
+def _value_key(x: Any) -> tuple:
+    """The fast-path key of one value that is not a plain tensor or int (see :class:`TritonLauncher`)."""
+    if x is None:
+        return (None, None)
+    c = x.__class__
+    if c is bool:
+        return (bool, None)
+    if c is float:
+        return (float, None)
+    if isinstance(x, int) and not isinstance(x, bool):
+        return (c, "i32" if -0x80000000 <= x <= 0x7FFFFFFF else _wide(x), x & 15 if x != 1 else 16)
+    if isinstance(x, float):
+        return (float, None)
+    if isinstance(x, tuple):
+        return (c, tuple(_value_key(v) if v.__class__ is not torch.Tensor else (v.dtype, v.data_ptr() & 15) for v in x))
+    if c.__name__ == "TensorDescriptor" and c.__module__ == "triton.tools.tensor_descriptor":
+        return (c, x.base.dtype, tuple(x.block_shape))  # Triton's key: tensordesc<dtype[block]>
+    if hasattr(x, "data_ptr") and not isinstance(x, type):
+        return (c, x.dtype, x.data_ptr() & 15)
+    if c.__name__ == "constexpr" or hasattr(x, "cache_key"):  # tl.constexpr, a jit function
+        return (c, x)
+    return (_NOCACHE, None)
+
+
+class TritonLauncher:
+    """A drop-in for ``jit_fn[grid](*args, **kwargs)`` that launches through launchpad.
+
+    ``launcher[grid](*args, **kwargs)`` computes Triton's specialization key from the arguments
+    with code generated for this function (tensor dtype and ``data_ptr() % 16``, int value 1, %16
+    and width, bool, float, None, constexpr values), finds the :class:`~launchpad.Kernel` built
+    for it, and launches it with launchpad's generated launch path. On a miss it asks Triton's
+    own binder for the exact specialization and compiles through ``triton.compile`` (sharing
+    Triton's on-disk cache), once per specialization.
+
+    ``grid`` is a tuple or a callable taking the dict of argument values (with defaults), as for
+    Triton. Differences from ``jit_fn[grid]``: it returns None rather than the CompiledKernel;
+    Triton's launch hooks, pre-run hooks and changed-global checks are not run; changing
+    ``TRITON_DEBUG`` knobs after the first launch of a specialization does not recompile it; a
+    process whose GPUs differ in architecture needs one launcher per architecture (``target``).
+
+    Attributes
+    ----------
+    fn
+        The jit function.
+    kernels : dict
+        Kernel per Triton cache key (specialization and options), as compiled so far.
+    run : callable
+        ``run(grid, *args, **kwargs)``, the generated dispatcher; ``run.__source__`` is its code.
+    """
+
+    def __init__(self, jit_fn: Any, target: Any = None):
+        if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "params") or not hasattr(jit_fn, "signature"):
+            raise ArgumentError(
+                f"triton_launcher needs a @triton.jit function, got {type(jit_fn).__name__} "
+                "(autotuned and heuristics-wrapped kernels are not supported)"
+            )
+        self.fn = jit_fn
+        self.target = target
+        self.kernels: dict[str, Kernel] = {}
+        self._fast: dict[Any, Callable[..., None]] = {}
+        self._lock = threading.RLock()
+        self._state: tuple | None = None  # (target, backend, binder), made on the first miss
+        self.run = self._generate()
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return partial(self.run, grid)
+
+    def __repr__(self) -> str:
+        return f"<launchpad.TritonLauncher {self.fn.__name__} ({len(self.kernels)} kernels)>"
+
+    def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Kernel:
+        """Compile (or find) the kernel for these arguments without launching; return it.
+
+        Takes the arguments of a launch (``grid`` is accepted, as Triton's ``warmup`` takes
+        it, and ignored).
+        """
+        params = list(self.fn.params)
+        if len(args) > len(params):
+            raise TypeError(f"{self.fn.__name__} takes {len(params)} arguments, got {len(args)}")
+        bound = {p.name: v for p, v in zip(params, args)}
+        for key in list(kwargs):
+            if key in bound:
+                raise TypeError(f"{self.fn.__name__} got multiple values for argument {key!r}")
+            if any(p.name == key for p in params):
+                bound[key] = kwargs.pop(key)
+        missing = [p.name for p in params if p.name not in bound and not p.has_default]
+        if missing:
+            raise TypeError(f"{self.fn.__name__} is missing arguments {missing}")
+        values = tuple(bound[p.name] if p.name in bound else p.default for p in params)
+        return self._resolve(values, kwargs)
+
+    # --- the generated dispatcher --------------------------------------------------------------
+
+    def _generate(self) -> Callable[..., None]:
+        params = list(self.fn.params)
+        names = [p.name for p in params]
+        if any(n.startswith("_lp_") for n in names):
+            raise ArgumentError(f"{self.fn.__name__}: argument names starting with '_lp_' are reserved")
+        ns: dict[str, Any] = {
+            "_lp_Tensor": torch.Tensor, "_lp_I32": _I32, "_lp_wide": _wide, "_lp_value_key": _value_key,
+            "_lp_fast": self._fast, "_lp_miss": self._miss,
+        }  # fmt: skip
+        header = []
+        for p in params:
+            if p.has_default:
+                ns[f"_lp_d_{p.name}"] = p.default
+                header.append(f"{p.name}=_lp_d_{p.name}")
+            else:
+                header.append(p.name)
+        lines = [f"def run(_lp_grid, {', '.join(header)}, **_lp_kw):"]
+        keys = []
+        for i, p in enumerate(params):
+            x, k, s = p.name, f"_lp_k{i}", f"_lp_s{i}"
+            keys += [k, s]
+            if p.is_constexpr:  # the value itself is the key (its class too: 1 and True differ)
+                lines.append(f"    {k} = {x}.__class__; {s} = {x}")
+                continue
+            lines += [
+                f"    if {x}.__class__ is _lp_Tensor:",
+                f"        {k} = {x}.dtype; {s} = {x}.data_ptr() & 15",
+                f"    elif {x}.__class__ is int:",
+                f"        {k} = _lp_I32 if -2147483648 <= {x} <= 2147483647 else _lp_wide({x})",
+                f"        {s} = {x} & 15 if {x} != 1 else 16",
+                "    else:",
+                f"        {k} = _lp_value_key({x}); {s} = None",
+            ]
+        values = ", ".join(names)
+        lines += [
+            f"    _lp_key = ({', '.join(keys)},)",
+            "    if _lp_kw:",
+            "        _lp_key = (_lp_key, tuple(_lp_kw.items()))",
+            "    try:",
+            "        _lp_launch = _lp_fast[_lp_key]",
+            "    except Exception:  # a new specialization, or a value this key cannot hash",
+            f"        _lp_launch = _lp_miss(_lp_key, ({values},), _lp_kw)",
+            "    if _lp_grid.__class__ is not tuple and callable(_lp_grid):",
+            f"        _lp_grid = _lp_grid({{{', '.join(f'{n!r}: {n}' for n in names)}}})",
+            f"    return _lp_launch(_lp_grid, None, {values})",
+        ]
+        source = "\n".join(lines) + "\n"
+        exec(compile(source, f"<launchpad triton_launcher {self.fn.__name__}>", "exec"), ns)
+        run = ns["run"]
+        run.__source__ = source
+        return run
+
+    def _miss(self, key: Any, values: tuple, kwargs: dict) -> Callable[..., None]:
+        launch = self._resolve(values, kwargs).launch
+        try:
+            self._fast[key] = launch
+        except TypeError:  # unhashable (a value Triton specializes in ways this key does not see)
+            pass
+        return launch
+
+    # --- Triton's own specialization and compilation, on a miss --------------------------------
+
+    def _setup(self) -> tuple:
+        if self._state is None:
+            from triton.compiler import make_backend
+            from triton.runtime.jit import create_function_from_signature
+
+            target = _target(self.target)
+            backend = make_backend(target)
+            binder = create_function_from_signature(self.fn.signature, self.fn.params, backend)
+            self._state = (target, backend, binder)
+        return self._state
+
+    def _resolve(self, values: tuple, kwargs: dict) -> Kernel:
+        with self._lock:
+            target, backend, binder = self._setup()
+            kwargs = _run_options(self.fn, kwargs, backend)
+            bound, specialization, options = binder(*values, **kwargs)
+            cache_key = str(specialization) + str(options)  # Triton's own key (JITFunction.run)
+            kernel = self.kernels.get(cache_key)
+            if kernel is None:
+                kernel = _from_compiled(self._compile(target, backend, kwargs, bound, specialization, options))
+                self.kernels[cache_key] = kernel
+            return kernel
+
+    def _compile(self, target, backend, kwargs, bound, specialization, options) -> Any:
+        import triton
+        from triton._utils import find_paths_if, get_iterable_path
+        from triton.compiler import ASTSource
+
+        fn = self.fn
+        if hasattr(fn, "_pack_args"):  # Triton 3.5+
+            options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, options)
+        else:  # Triton 3.4: the same steps, inline in JITFunction.run
+            options = backend.parse_options(kwargs)
+            sigkeys = [p.name for p in fn.params]
+            sigvals = [s[0] for s in specialization]
+            signature = dict(zip(sigkeys, sigvals))
+            for k in kwargs:
+                if k not in options.__dict__ and k not in sigkeys:
+                    raise KeyError(f"Keyword argument {k} was specified but unrecognised")
+            paths = find_paths_if(sigvals, lambda _, v: v == "constexpr")
+            constexprs = {p: get_iterable_path(list(bound.values()), p) for p in paths}
+            attrvals = [s[1] for s in specialization]
+            paths = find_paths_if(attrvals, lambda _, v: isinstance(v, str))
+            attrs = {p: backend.parse_attr(get_iterable_path(attrvals, p)) for p in paths}
+        return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+
+
+_LAUNCHERS_ATTR = "_launchpad_launcher"
+
+
+def triton_launcher(jit_fn: Any, *, target: Any = None) -> TritonLauncher:
+    """The :class:`TritonLauncher` of a ``@triton.jit`` function: ``triton_launcher(fn)[grid](...)``.
+
+    One launcher is made per function (for the current device's target) and kept on it, so
+    calling this in a loop is cheap. ``target`` (a ``GPUTarget`` or int arch) makes a separate
+    launcher compiling for that target.
+    """
+    if target is None:
+        launcher = getattr(jit_fn, _LAUNCHERS_ATTR, None)
+        if launcher is not None:
+            return launcher
+        launcher = TritonLauncher(jit_fn)
+        try:
+            setattr(jit_fn, _LAUNCHERS_ATTR, launcher)
+        except AttributeError:
+            pass
+        return launcher
+    return TritonLauncher(jit_fn, target)

@@ -1,0 +1,661 @@
+"""The Triton front end on CPU: real Triton compiles for sm_90 (no GPU needed), checked against the
+cubin (launchpad's reader and the cuobjdump shipped in Triton's wheel), the metadata, and the
+exact bytes the generated launch path packs (``fake_gpu``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+import launchpad
+from launchpad import _driver, _tensordesc
+from launchpad import _triton as lpt
+from launchpad._launcher import same_value
+from launchpad._layout import kernels_in_image
+
+triton = pytest.importorskip("triton")
+tl = pytest.importorskip("triton.language")
+import triton_kernels as K  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+
+SM90 = GPUTarget("cuda", 90, 32)
+SM80 = GPUTarget("cuda", 80, 32)
+D = [["tt.divisibility", 16]]
+REPO = Path(__file__).resolve().parents[1]
+
+# name -> (jit function, signature, constants, divisible-by-16 argument paths, options, target)
+SPECS = {
+    "add": (K.add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+            {"BLOCK": 1024}, [(0,), (1,), (2,), (3,)], {"num_warps": 4}, SM90),
+    "rowsum": (K.rowsum_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp32", "stride": "i32", "N": "i32", "BLOCK": "constexpr"},
+               {"BLOCK": 1024}, [(0,), (1,), (2,)], {"num_warps": 4}, SM90),
+    "matmul": (K.matmul_kernel,
+               {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
+                "sam": "i32", "sak": "constexpr", "sbk": "i32", "sbn": "constexpr", "scm": "i32", "scn": "constexpr",
+                "BM": "constexpr", "BN": "constexpr", "BK": "constexpr"},
+               {"sak": 1, "sbn": 1, "scn": 1, "BM": 128, "BN": 256, "BK": 64},
+               [(0,), (1,), (2,), (3,), (4,), (5,), (6,), (8,), (10,)], {"num_warps": 8, "num_stages": 4}, SM90),
+    "strided": (K.strided_scale_kernel,
+                {"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "sx": "constexpr", "so": "i32", "alpha": "fp32",
+                 "BLOCK": "constexpr"},
+                {"sx": 1, "BLOCK": 256}, [(0,), (1,)], {}, SM90),
+    "bias_none": (K.axpy_bias_kernel,
+                  {"x_ptr": "*fp32", "y_ptr": "*fp32", "bias_ptr": "constexpr", "out_ptr": "*fp32", "n": "i32",
+                   "alpha": "fp32", "BLOCK": "constexpr"},
+                  {"bias_ptr": None, "BLOCK": 256}, [(0,), (1,), (3,)], {}, SM90),
+    "scalars": (K.scalars_kernel,
+                {"out_ptr": "*fp64", "a": "fp16", "b": "bf16", "c": "fp32", "d": "fp64", "e": "i64", "f": "u1"},
+                {}, [(0,)], {"num_warps": 1}, SM90),
+    "tuple": (K.tuple_kernel, {"out_ptr": "*fp32", "t": ("*fp32", "fp32", "i32"), "n": "i32", "BLOCK": "constexpr"},
+              {"BLOCK": 128}, [(0,), (1, 0)], {}, SM90),
+    "tuple_const": (K.tuple_kernel,
+                    {"out_ptr": "*fp32", "t": ("*fp32", "fp32", "constexpr"), "n": "i32", "BLOCK": "constexpr"},
+                    {(1, 2): 1, "BLOCK": 128}, [], {}, SM90),
+    "host_desc": (K.host_desc_kernel,
+                  {"in_desc": "tensordesc<fp16[64, 64]>", "out_ptr": "*fp16", "M": "i32", "N": "i32",
+                   "BM": "constexpr", "BN": "constexpr"},
+                  {"BM": 64, "BN": 64}, [(1,)], {}, SM90),
+    "host_desc_sm80": (K.host_desc_kernel,
+                       {"in_desc": "tensordesc<fp16[64, 64]>", "out_ptr": "*fp16", "M": "i32", "N": "i32",
+                        "BM": "constexpr", "BN": "constexpr"},
+                       {"BM": 64, "BN": 64}, [(1,)], {}, SM80),
+    "device_desc": (K.device_desc_kernel,
+                    {"in_ptr": "*fp16", "out_ptr": "*fp16", "M": "i32", "N": "i32", "BM": "constexpr",
+                     "BN": "constexpr"},
+                    {"BM": 64, "BN": 64}, [(0,), (1,), (3,)], {}, SM90),
+    "ctas2": (K.add_kernel, {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"},
+              {"BLOCK": 1024}, [(0,), (1,), (2,), (3,)], {"num_warps": 4, "num_ctas": 2, "launch_pdl": True}, SM90),
+    "cast": (K.cast_kernel, {"x_ptr": "*fp32", "out_ptr": "*fp16", "n": "i32", "OUT": "constexpr", "BLOCK": "constexpr"},
+             {"OUT": tl.float16, "BLOCK": 256}, [(0,), (1,)], {}, SM90),
+}  # fmt: skip
+
+# the type words of each kernel's parameters, as Triton's launcher passes them
+EXPECTED_WORDS = {
+    "add": ["*fp32", "*fp32", "*fp32", "i32"],
+    "rowsum": ["*fp32", "*fp32", "i32", "i32"],
+    "matmul": ["*fp16"] * 3 + ["i32"] * 6,
+    "strided": ["*fp32", "*fp32", "i32", "i32", "fp32"],
+    "bias_none": ["*fp32", "*fp32", "*fp32", "i32", "fp32"],
+    "scalars": ["*fp64", "fp16", "bf16", "fp32", "fp64", "i64", "u1"],
+    "tuple": ["*fp32", "*fp32", "fp32", "i32", "i32"],
+    "tuple_const": ["*fp32", "*fp32", "fp32", "i32"],
+    "host_desc": ["bytes128", "i32", "i32", "i64", "i64", "*fp16", "i32", "i32"],
+    "host_desc_sm80": ["*fp16", "i64", "i64", "i64", "i64", "u1", "i32", "i32", "i64", "i64", "*fp16", "i32", "i32"],
+    "device_desc": ["*fp16", "*fp16", "i32", "i32"],
+    "ctas2": ["*fp32", "*fp32", "*fp32", "i32"],
+    "cast": ["*fp32", "*fp16", "i32"],
+}
+SCRATCH = ["*i8", "*i8"]  # global_scratch, profile_scratch (Triton 3.5+)
+
+
+@pytest.fixture(scope="session")
+def triton_cache(tmp_path_factory):
+    """Compile into a private Triton cache (fresh, so the cache-folder tests see this run's files)."""
+    path = tmp_path_factory.mktemp("triton-cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(path))
+        yield path
+
+
+class Compiled:
+    """Each SPECS kernel compiled once per session, on first use."""
+
+    def __init__(self) -> None:
+        self._done: dict[str, object] = {}
+
+    def __getitem__(self, name: str):
+        if name not in self._done:
+            fn, sig, consts, divisible, options, target = SPECS[name]
+            src = ASTSource(fn, sig, consts, {p: D for p in divisible})
+            self._done[name] = triton.compile(src, target=target, options=options)
+        return self._done[name]
+
+
+@pytest.fixture(scope="session")
+def compiled(triton_cache) -> Compiled:
+    return Compiled()
+
+
+def cuobjdump_params(cubin: bytes, name: str, tmp_path: Path) -> list[tuple[int, int, int]]:
+    """(ordinal, offset, size) of each KPARAM_INFO record, read by NVIDIA's cuobjdump."""
+    exe = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    path = tmp_path / f"{name}.cubin"
+    path.write_bytes(cubin)
+    lines = subprocess.run([str(exe), "-elf", str(path)], capture_output=True, text=True, check=True).stdout.splitlines()
+    start = lines.index(f".nv.info.{name}")
+    records = []
+    for line in lines[start + 1 :]:
+        if line.startswith("."):
+            break
+        m = re.search(r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x([0-9a-f]+)\s+Size\s*:\s*0x([0-9a-f]+)", line)
+        if m:
+            records.append(tuple(int(g, 16) for g in m.groups()))
+    return sorted(records)
+
+
+def q(v: int) -> bytes:
+    return struct.pack("<Q", v)
+
+
+def i32(v: int) -> bytes:
+    return struct.pack("<i", v)
+
+
+def i64(v: int) -> bytes:
+    return struct.pack("<q", v)
+
+
+def f32(v: float) -> bytes:
+    return struct.pack("<f", v)
+
+
+NULL = q(0)
+
+
+def aligned(n: int, dtype=torch.float32) -> torch.Tensor:
+    t = torch.randn(n + 16).to(dtype)
+    off = (-t.data_ptr() % 16) // t.element_size()
+    out = t[off : off + n]
+    assert out.data_ptr() % 16 == 0
+    return out
+
+
+# --- layout: params, types and plan ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_params_equal_the_cubin_and_cuobjdump(name, compiled, tmp_path):
+    c = compiled[name]
+    k = launchpad.from_triton(c)
+    cubin = c.asm["cubin"]
+    binary = kernels_in_image(cubin, "cubin")[c.metadata.name]
+    layout = [(p.offset, p.size) for p in k.params]
+    assert layout == [(p.offset, p.size) for p in binary.params]
+    assert [(i, off, size) for i, (off, size) in enumerate(layout)] == cuobjdump_params(cubin, c.metadata.name, tmp_path)
+    assert [p.type for p in k.params] == EXPECTED_WORDS[name] + SCRATCH
+    assert k.params[-2].name == "global_scratch" and k.params[-1].name == "profile_scratch"
+    assert k.name == c.metadata.name and k.image == cubin and k.image_kind == "cubin"
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_plan_follows_the_metadata(name, compiled):
+    md = compiled[name].metadata
+    plan = launchpad.from_triton(compiled[name]).plan
+    assert plan.block == (32 * md.num_warps, 1, 1)
+    assert plan.shared_mem == md.shared
+    assert plan.grid_multiplier == md.num_ctas
+    assert plan.cluster == ((md.num_ctas, 1, 1) if md.num_ctas > 1 else None)
+    assert plan.cluster_spread is (md.num_ctas > 1)
+    assert plan.non_portable_cluster is False
+    assert plan.cooperative is md.launch_cooperative_grid
+    assert plan.pdl is md.launch_pdl
+
+
+def test_metadata_of_the_interesting_kernels(compiled):
+    # the test kernels really exercise what they are meant to
+    assert compiled["matmul"].metadata.shared > 48 * 1024
+    assert compiled["device_desc"].metadata.global_scratch_size > 0
+    assert compiled["host_desc"].metadata.tensordesc_meta and not compiled["host_desc_sm80"].metadata.tensordesc_meta
+    assert compiled["ctas2"].metadata.num_ctas == 2
+    plan = launchpad.from_triton(compiled["ctas2"]).plan
+    assert plan.cluster == (2, 1, 1) and plan.grid_multiplier == 2 and plan.pdl
+
+
+def test_args_map_python_arguments(compiled):
+    k = launchpad.from_triton(compiled["matmul"])
+    by_name = {a.name: a for a in k.args}
+    assert [a.name for a in k.args if a.path] == list(K.matmul_kernel.arg_names)
+    assert {n: by_name[n].value for n in ("sak", "sbn", "scn", "BM", "BN", "BK")} == {
+        "sak": 1, "sbn": 1, "scn": 1, "BM": 128, "BN": 256, "BK": 64}  # fmt: skip
+    assert all(by_name[n].kind == "const" for n in ("sak", "sbn", "scn", "BM", "BN", "BK"))
+    assert [by_name[n].align for n in ("a_ptr", "b_ptr", "c_ptr")] == [16, 16, 16]
+    assert [by_name[n].multiple_of for n in ("M", "N", "K", "sam", "sbk", "scm")] == [16] * 6
+    k = launchpad.from_triton(compiled["tuple"])
+    assert [(a.name, a.kind, a.path) for a in k.args if a.path] == [
+        ("out_ptr", "param", (0,)), ("t", "param", (1, 0)), ("t", "param", (1, 1)), ("t", "param", (1, 2)),
+        ("n", "param", (2,)), ("BLOCK", "const", (3,))]  # fmt: skip
+    assert k.args[1].align == 16 and k.args[0].align == 16
+    assert [p.name for p in k.params[:5]] == ["out_ptr", "t[0]", "t[1]", "t[2]", "n"]
+    scratch = [a for a in launchpad.from_triton(compiled["device_desc"]).args if a.kind == "scratch"]
+    md = compiled["device_desc"].metadata
+    assert [(a.name, a.options) for a in scratch] == [
+        ("global_scratch", {"size": md.global_scratch_size, "align": md.global_scratch_align}),
+        ("profile_scratch", {"size": 0, "align": 1})]  # fmt: skip
+
+
+def test_from_jit_function_compiles_like_ast_source(compiled):
+    k = launchpad.from_triton(
+        K.add_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32"},
+        constexprs={"BLOCK": 1024}, attrs={"x_ptr": "D", "y_ptr": "D", "out_ptr": "D", "n": "D"},
+        num_warps=4, target=SM90,
+    )  # fmt: skip
+    ref = launchpad.from_triton(compiled["add"])
+    assert k.image == ref.image
+    assert (k.params, k.args, k.plan) == (ref.params, ref.args, ref.plan)
+    # a signature as a string of the runtime arguments' types, in order; an int target
+    k2 = launchpad.from_triton(K.add_kernel, signature="*fp32, *fp32, *fp32, i32", constexprs={"BLOCK": 256},
+                               num_warps=2, target=90)
+    assert k2.plan.block == (64, 1, 1)
+    assert [a.kind for a in k2.args if a.path] == ["param"] * 4 + ["const"]
+    assert [a.align for a in k2.args[:3]] == [0, 0, 0]
+
+
+def test_from_jit_function_errors():
+    with pytest.raises(launchpad.ArgumentError, match=r"constexpr argument 'BLOCK' needs a value"):
+        launchpad.from_triton(K.add_kernel, signature="*fp32, *fp32, *fp32, i32", target=SM90)
+    with pytest.raises(launchpad.ArgumentError, match=r"3 signature types for 4 runtime arguments"):
+        launchpad.from_triton(K.add_kernel, signature="*fp32, *fp32, i32", constexprs={"BLOCK": 64}, target=SM90)
+    with pytest.raises(launchpad.ArgumentError, match=r"unknown arguments \['z'\]"):
+        launchpad.from_triton(K.add_kernel, signature={"z": "i32"}, constexprs={"BLOCK": 64}, target=SM90)
+    with pytest.raises(launchpad.ArgumentError, match=r"no type or constexpr value for arguments \['n'\]"):
+        launchpad.from_triton(K.add_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
+                              constexprs={"BLOCK": 64}, target=SM90)
+    with pytest.raises(launchpad.ArgumentError, match=r"expected a @triton\.jit function or a CompiledKernel"):
+        launchpad.from_triton(lambda: None, target=SM90)
+
+
+# --- packed bytes through the real generated launch path ---------------------------------------
+
+
+def test_add_packs_pointers_int_and_null_scratch(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["add"]))
+    x, y, out = aligned(4096), aligned(4096), aligned(4096)
+    k[(4,)](x, y, out, 4096, 1024)
+    launch = fake_gpu.last
+    assert launch.grid == (4, 1, 1) and launch.block == (128, 1, 1) and launch.shared_mem == 0
+    assert launch.stream == 0x5000 and launch.ex is None
+    assert launch.params == [q(x.data_ptr()), q(y.data_ptr()), q(out.data_ptr()), i32(4096), NULL, NULL]
+    k.launch(3, None, x, y, out, 32, 1024)  # the plain launch, block fixed by the plan
+    assert fake_gpu.last.grid == (3, 1, 1) and fake_gpu.last.params[3] == i32(32)
+
+
+def test_add_rejects_what_the_specialization_excludes(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["add"]))
+    x, y, out = aligned(4096), aligned(4096), aligned(4096)
+    with pytest.raises(launchpad.ArgumentError, match=r"'x_ptr'.*not 16-byte aligned"):
+        k[(4,)](x[1:], y, out, 4096, 1024)
+    with pytest.raises(launchpad.ArgumentError, match=r"'out_ptr'.*not 16-byte aligned"):
+        k[(4,)](x, y, out[2:], 4096, 1024)
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 3 \('n'\).*1000 is not a multiple of 16"):
+        k[(4,)](x, y, out, 1000, 1024)
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"'y_ptr'.*expected a torch.float32 tensor, got a torch.float16"):
+        k[(4,)](x, y.half(), out, 4096, 1024)
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 4 \('BLOCK'\): the kernel was specialized for 1024, got int 512"):
+        k[(4,)](x, y, out, 4096, 512)
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 4"):
+        k[(4,)](x, y, out, 4096)
+    assert fake_gpu.launches == []  # nothing reached the driver
+    k[(4,)](x, y, out, 4096, 1024)
+    assert len(fake_gpu.launches) == 1
+
+
+def test_matmul_large_shared_memory_and_int_one_constants(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["matmul"]))
+    a, b, c = aligned(256 * 256, torch.float16), aligned(256 * 256, torch.float16), aligned(256 * 256, torch.float16)
+    args = [a, b, c, 256, 256, 256, 256, 1, 256, 1, 256, 1, 128, 256, 64]
+    k[(2, 1)](*args)
+    launch = fake_gpu.last
+    assert launch.shared_mem == compiled["matmul"].metadata.shared > 48 * 1024
+    assert launch.block == (256, 1, 1) and launch.grid == (2, 1, 1)
+    assert launch.params == [q(a.data_ptr()), q(b.data_ptr()), q(c.data_ptr())] + [i32(256)] * 6 + [NULL, NULL]
+    bad = list(args)
+    bad[7] = 2
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 7 \('sak'\): the kernel was specialized for 1, got int 2"):
+        k[(2, 1)](*bad)
+    bad = list(args)
+    bad[13] = 128
+    with pytest.raises(launchpad.ArgumentError, match=r"'BN'.*specialized for 256"):
+        k[(2, 1)](*bad)
+
+
+def test_rowsum_and_strided_kernels(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["rowsum"]))
+    x, out = aligned(64 * 1024), aligned(64)
+    k[64](x, out, 1024, 1000, 1024)
+    assert fake_gpu.last.params == [q(x.data_ptr()), q(out.data_ptr()), i32(1024), i32(1000), NULL, NULL]
+    with pytest.raises(launchpad.ArgumentError, match=r"'stride'.*1000 is not a multiple of 16"):
+        k[64](x, out, 1000, 1000, 1024)
+
+    k = fake_gpu.install(launchpad.from_triton(compiled["strided"]))
+    x, out = aligned(300), aligned(600)
+    k[(2,)](x, out, 300, 1, 2, 0.1, 256)
+    assert fake_gpu.last.params == [q(x.data_ptr()), q(out.data_ptr()), i32(300), i32(2), f32(0.1), NULL, NULL]
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 3 \('sx'\): the kernel was specialized for 1, got int 3"):
+        k[(2,)](x, out, 300, 3, 2, 0.1, 256)
+    with pytest.raises(launchpad.ArgumentError, match=r"'sx'.*specialized for 1, got bool True"):
+        k[(2,)](x, out, 300, True, 2, 0.1, 256)  # True is not the int 1 (Triton would make it a u1 parameter)
+
+
+def test_none_argument_is_a_constant(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["bias_none"]))
+    x, y, out = aligned(256), aligned(256), aligned(256)
+    k[1](x, y, None, out, 256, -1.5, 256)
+    assert fake_gpu.last.params == [q(x.data_ptr()), q(y.data_ptr()), q(out.data_ptr()), i32(256), f32(-1.5),
+                                    NULL, NULL]  # fmt: skip
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 2 \('bias_ptr'\): the kernel was specialized for None"):
+        k[1](x, y, out, out, 256, -1.5, 256)
+
+
+def test_scalar_bytes_fp16_bf16_truncation_fp32_fp64_i64_u1(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["scalars"]))
+    out = aligned(8, torch.float64)
+    # 0x3F80FFFF is 1.0078124; bf16 by truncation keeps 0x3F80 where rounding would give 0x3F81
+    b = struct.unpack("<f", struct.pack("<I", 0x3F80FFFF))[0]
+    k[1](out, 0.1, b, 1 / 3, 2.0**-1074, -(2**40) + 5, True)
+    params = fake_gpu.last.params
+    assert params[1] == struct.pack("<e", 0.1) == b"\x66\x2e"
+    assert params[2] == b"\x80\x3f"
+    assert params[3] == struct.pack("<f", 1 / 3)
+    assert params[4] == struct.pack("<d", 2.0**-1074)
+    assert params[5] == struct.pack("<q", -(2**40) + 5)
+    assert params[6] == b"\x01"
+    assert params[7:] == [NULL, NULL]
+    k[1](out, -2.0, -2.0, 3, 4, 7, False)  # ints for float parameters, like Triton's "d" format
+    assert fake_gpu.last.params[1:7] == [struct.pack("<e", -2.0), b"\x00\xc0", f32(3), struct.pack("<d", 4), i64(7), b"\x00"]
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 5 \('e'\).*out of range for i64"):
+        k[1](out, 0.0, 0.0, 0.0, 0.0, 2**63, True)
+
+
+def test_tuple_arguments_flatten(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["tuple"]))
+    x, out = aligned(128), aligned(128)
+    k[1](out, (x, 2.5, -7), 128, 128)
+    assert fake_gpu.last.params == [q(out.data_ptr()), q(x.data_ptr()), f32(2.5), i32(-7), i32(128), NULL, NULL]
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 1\[0\] \('t'\).*not 16-byte aligned"):
+        k[1](out, (x[1:], 2.5, -7), 128, 128)
+
+    k = fake_gpu.install(launchpad.from_triton(compiled["tuple_const"]))
+    k[1](out, (x, 2.5, 1), 100, 128)
+    assert fake_gpu.last.params == [q(out.data_ptr()), q(x.data_ptr()), f32(2.5), i32(100), NULL, NULL]
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 1\[2\] \('t'\): the kernel was specialized for 1, got int 2"):
+        k[1](out, (x, 2.5, 2), 100, 128)
+
+
+def test_dtype_constexpr_is_stored_as_str_and_compares(compiled, fake_gpu, tmp_path):
+    k = launchpad.from_triton(compiled["cast"])
+    assert [a.value for a in k.args if a.kind == "const"] == ["fp16", 256]
+    for kernel in (k, launchpad.load(k.save(tmp_path / "cast.json"))):
+        fake_gpu.install(kernel)
+        x, out = aligned(256), aligned(256, torch.float16)
+        kernel[1](x, out, 256, tl.float16, 256)
+        assert fake_gpu.last.params[:3] == [q(x.data_ptr()), q(out.data_ptr()), i32(256)]
+        with pytest.raises(launchpad.ArgumentError, match=r"'OUT'\): the kernel was specialized for 'fp16', got dtype triton.language.float32"):
+            kernel[1](x, out, 256, tl.float32, 256)
+
+
+def test_same_value_matches_json_stored_constants():
+    assert same_value((1, 2), [1, 2]) and same_value([(1, 2), 3], [[1, 2], 3])
+    assert not same_value((1, 2), [1, 3]) and not same_value((1,), [1, 2])
+    assert same_value(tl.float16, "fp16") and not same_value(tl.bfloat16, "fp16")
+    assert same_value(tl.constexpr(64), 64)
+    assert not same_value("fp16x", "fp16") and not same_value(True, 1) and not same_value(None, "None")
+
+
+def fake_encoder(monkeypatch):
+    calls = []
+
+    def encode(*args):
+        calls.append(args)
+        return bytes(range(128))
+
+    monkeypatch.setattr(_driver, "encode_tensor_map_tiled", encode)
+    monkeypatch.setattr(_tensordesc, "_MAP_CACHE", {})
+    return calls
+
+
+def test_host_tensor_descriptor_tma_form(compiled, fake_gpu, monkeypatch):
+    calls = fake_encoder(monkeypatch)
+    k = fake_gpu.install(launchpad.from_triton(compiled["host_desc"]))
+    meta = compiled["host_desc"].metadata.tensordesc_meta[0]
+    base = aligned(128 * 192, torch.float16).view(128, 192)
+    out = aligned(128 * 192, torch.float16)
+    desc = TensorDescriptor.from_tensor(base, [64, 64])
+    k[(2, 3)](desc, out, 128, 192, 64, 64)
+    assert fake_gpu.last.params == [bytes(range(128)), i32(128), i32(192), i64(192), i64(1), q(out.data_ptr()),
+                                    i32(128), i32(192), NULL, NULL]  # fmt: skip
+    # dims reversed, byte strides of all but the innermost, box from the metadata, host dtype enum
+    assert calls == [(_tensordesc.TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]], 2, base.data_ptr(), [192, 128], [384],
+                      [64, 64], [1, 1], 0, meta["swizzle"], 2, 0)]  # fmt: skip
+    k[(2, 3)](desc, out, 128, 192, 64, 64)
+    assert len(calls) == 1  # the same map is reused
+    nan = TensorDescriptor.from_tensor(base, [64, 64], padding="nan")
+    k[(2, 3)](nan, out, 128, 192, 64, 64)
+    assert calls[-1][-1] == 1  # NaN out-of-bounds fill
+    assert _tensordesc.TMA_DTYPE_DEVICE_TO_HOST[8] == 10 and _tensordesc.TMA_DTYPE_DEVICE_TO_HOST[9] == 8
+    assert _tensordesc.TMA_DTYPE_DEVICE_TO_HOST[10] == 9 and _tensordesc.TMA_DTYPE_DEVICE_TO_HOST[6] == 6
+
+
+def test_host_tensor_descriptor_errors(compiled, fake_gpu, monkeypatch):
+    fake_encoder(monkeypatch)
+    k = fake_gpu.install(launchpad.from_triton(compiled["host_desc"]))
+    base = aligned(128 * 192, torch.float16).view(128, 192)
+    out = aligned(128 * 192, torch.float16)
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 0 \('in_desc'\): the kernel was compiled for block shape \[64, 64\], got \[32, 64\]"):
+        k[1](TensorDescriptor.from_tensor(base, [32, 64]), out, 128, 192, 64, 64)
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"'in_desc'.*expected a torch.float16 tensor, got a torch.float32"):
+        k[1](TensorDescriptor.from_tensor(base.float(), [64, 64]), out, 128, 192, 64, 64)
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"'in_desc'.*expected a TensorDescriptor"):
+        k[1](base, out, 128, 192, 64, 64)
+    odd = types.SimpleNamespace(base=base, shape=[128, 100], strides=[100, 1], block_shape=[64, 64], padding="zero")
+    with pytest.raises(launchpad.ArgumentError, match=r"strides \[100, 1\] of 2-byte elements are not multiples of 16"):
+        k[1](odd, out, 128, 192, 64, 64)
+    odd = types.SimpleNamespace(base=base, shape=[128, 192, 1], strides=[192, 1, 1], block_shape=[64, 64], padding="zero")
+    with pytest.raises(launchpad.ArgumentError, match=r"rank-2 descriptor, got shape \[128, 192, 1\]"):
+        k[1](odd, out, 128, 192, 64, 64)
+    assert fake_gpu.launches == []
+
+
+def test_host_tensor_descriptor_pointer_form(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["host_desc_sm80"]))
+    base = aligned(128 * 192, torch.float16).view(128, 192)
+    out = aligned(128 * 192, torch.float16)
+    for padding, flag in (("zero", b"\x00"), ("nan", b"\x01")):
+        k[(2, 3)](TensorDescriptor.from_tensor(base, [64, 64], padding=padding), out, 128, 192, 64, 64)
+        assert fake_gpu.last.params == [
+            q(base.data_ptr()), i64(128), i64(192), i64(192), i64(1), flag, i32(128), i32(192), i64(192), i64(1),
+            q(out.data_ptr()), i32(128), i32(192), NULL, NULL,
+        ]
+
+
+def test_device_descriptor_allocates_global_scratch(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["device_desc"]))
+    md = compiled["device_desc"].metadata
+    calls = []
+
+    def scratch(nbytes, align, dev, stream):
+        calls.append((nbytes, align, dev, stream))
+        return object(), 0xA000
+
+    k.launch.__globals__["_scratch"] = scratch
+    x, out = aligned(128 * 64, torch.float16), aligned(128 * 64, torch.float16)
+    k[(2, 1)](x, out, 128, 64, 64, 64)
+    assert calls == [(2 * md.global_scratch_size, md.global_scratch_align, -1, 0x5000)]
+    assert fake_gpu.last.params == [q(x.data_ptr()), q(out.data_ptr()), i32(128), i32(64), q(0xA000), NULL]
+
+
+def test_clusters_multiply_the_grid_and_use_launch_ex(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.from_triton(compiled["ctas2"]))
+    x, y, out = aligned(4096), aligned(4096), aligned(4096)
+    k[(4,)](x, y, out, 4096, 1024)
+    launch = fake_gpu.last
+    assert launch.grid == (8, 1, 1) and launch.block == (128, 1, 1)
+    assert launch.ex == {"cluster": (2, 1, 1), "cooperative": False, "pdl": True}
+    assert launch.params == [q(x.data_ptr()), q(y.data_ptr()), q(out.data_ptr()), i32(4096), NULL, NULL]
+
+
+def test_plans_of_other_triton_versions():
+    base = {"num_warps": 4, "shared": 100, "target": {"backend": "cuda", "arch": 90, "warp_size": 32}}
+    assert lpt._plan({**base, "num_ctas": 16}).non_portable_cluster
+    # Triton 3.4/3.5: the grid and the cluster come from cluster_dims
+    plan = lpt._plan({**base, "num_ctas": 2, "cluster_dims": [2, 1, 1], "triton_version": "3.5.0"})
+    assert (plan.grid_multiplier, plan.cluster, plan.cluster_spread) == (2, (2, 1, 1), True)
+    plan = lpt._plan({**base, "num_ctas": 1, "cluster_dims": [1, 1, 1], "launch_cooperative_grid": True})
+    assert (plan.grid_multiplier, plan.cluster, plan.cooperative) == (1, None, True)
+    with pytest.raises(launchpad.LaunchpadError, match="cluster along y or z"):
+        lpt._plan({**base, "num_ctas": 2, "cluster_dims": [1, 2, 1]})
+
+
+# --- cache folders and artifacts ------------------------------------------------------------------
+
+
+def cache_folder(c) -> Path:
+    return Path(next(p for name, p in c.metadata_group.items() if name.endswith(".json"))).parent
+
+
+def runtime_view(kernel) -> list:
+    """A kernel's description without the constants a cache folder cannot know."""
+    return [(a.name, a.kind, a.param, a.params, a.align, a.multiple_of, a.options) for a in kernel.args
+            if a.kind != "const"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["add", "tuple", "host_desc", "host_desc_sm80", "device_desc", "scalars", "ctas2"])
+def test_load_triton_from_the_cache_folder(name, compiled):
+    c = compiled[name]
+    ref = launchpad.from_triton(c)
+    folder = cache_folder(c)
+    k = launchpad.load_triton(folder)
+    assert k.params == ref.params and k.plan == ref.plan and k.image == ref.image
+    assert runtime_view(k) == runtime_view(ref)
+    # only runtime arguments, numbered in order
+    positions = [a.path[0] for a in k.args if a.path]
+    assert positions == sorted(positions) and set(positions) == set(range(len(set(positions))))
+    json_file = folder / f"{c.metadata.name}.json"
+    for alias in (json_file, folder / f"__grp__{c.metadata.name}.json", folder / f"{c.metadata.name}.cubin"):
+        assert launchpad.load_triton(alias).to_json() == k.to_json()
+
+
+def test_load_triton_runs_with_runtime_arguments_only(compiled, fake_gpu):
+    k = fake_gpu.install(launchpad.load_triton(cache_folder(compiled["matmul"])))
+    assert [a.name for a in k.args if a.path] == ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "sam", "sbk", "scm"]
+    a, b, c = aligned(4096, torch.float16), aligned(4096, torch.float16), aligned(4096, torch.float16)
+    k[(1, 1)](a, b, c, 64, 64, 64, 64, 64, 64)
+    assert fake_gpu.last.params == [q(a.data_ptr()), q(b.data_ptr()), q(c.data_ptr())] + [i32(64)] * 6 + [NULL, NULL]
+    with pytest.raises(launchpad.ArgumentError, match=r"'M'.*65 is not a multiple of 16"):
+        k[(1, 1)](a, b, c, 65, 64, 64, 64, 64, 64)
+    k = fake_gpu.install(launchpad.load_triton(cache_folder(compiled["tuple"])))
+    x, out = aligned(128), aligned(128)
+    k[1](out, (x, 2.5, -7), 128)
+    assert fake_gpu.last.params == [q(out.data_ptr()), q(x.data_ptr()), f32(2.5), i32(-7), i32(128), NULL, NULL]
+
+
+def test_load_triton_without_ttir_takes_raw_values(compiled, tmp_path, fake_gpu):
+    c = compiled["host_desc"]
+    src = cache_folder(c)
+    for suffix in (".json", ".cubin"):
+        (tmp_path / f"host_desc_kernel{suffix}").write_bytes((src / f"host_desc_kernel{suffix}").read_bytes())
+    k = launchpad.load_triton(tmp_path)
+    ref = launchpad.from_triton(c)
+    assert [(p.offset, p.size) for p in k.params] == [(p.offset, p.size) for p in ref.params]
+    assert [p.type for p in k.params] == ["bytes128", "i32", "i32", "i64", "i64", None, None, None, "*i8", "*i8"]
+    assert [(a.name, a.kind) for a in k.args if a.path] == [("arg0", "expand"), ("arg1", "param"), ("arg2", "param"),
+                                                            ("arg3", "param")]  # fmt: skip
+
+
+def test_load_triton_errors(tmp_path):
+    with pytest.raises(launchpad.LaunchpadError, match=r"should hold one Triton kernel's NAME\.json, found none"):
+        launchpad.load_triton(tmp_path)
+    (tmp_path / "k.json").write_text(json.dumps({"name": "k"}))
+    with pytest.raises(launchpad.LaunchpadError, match=r"no k.cubin next to"):
+        launchpad.load_triton(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["add", "matmul", "tuple_const", "host_desc", "host_desc_sm80", "cast", "ctas2"])
+def test_save_and_load_round_trip(name, compiled, tmp_path):
+    k = launchpad.from_triton(compiled[name])
+    loaded = launchpad.load(k.save(tmp_path / f"{name}.json"))
+    assert loaded.to_json() == k.to_json()
+    assert (loaded.params, loaded.args, loaded.plan) == (k.params, k.args, k.plan)
+
+
+_NO_TRITON = r"""
+import json, sys
+
+class BlockTriton:
+    def find_spec(self, name, path=None, target=None):
+        if name == "triton" or name.startswith("triton."):
+            raise ImportError("triton is blocked in this test")
+
+sys.meta_path.insert(0, BlockTriton())
+import launchpad
+from launchpad._launcher import CONVERTERS
+
+out = {"folders": [launchpad.load_triton(p).to_json() for p in json.loads(sys.argv[1])],
+       "artifacts": [launchpad.load(p).to_json() for p in json.loads(sys.argv[2])],
+       "tensordesc": "tensordesc" in CONVERTERS,
+       "triton_loaded": any(m == "triton" or m.startswith("triton.") for m in sys.modules)}
+try:
+    import triton  # noqa: F401
+    out["blocked"] = False
+except ImportError:
+    out["blocked"] = True
+print(json.dumps(out))
+"""
+
+
+def test_cache_folders_and_artifacts_load_without_triton(compiled, tmp_path):
+    names = ["add", "tuple_const", "host_desc", "host_desc_sm80", "device_desc", "cast"]
+    folders = [str(cache_folder(compiled[n])) for n in names]
+    artifacts = [str(launchpad.from_triton(compiled[n]).save(tmp_path / f"{n}.json")) for n in names]
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    result = subprocess.run([sys.executable, "-c", _NO_TRITON, json.dumps(folders), json.dumps(artifacts)],
+                            capture_output=True, text=True, env=env, check=True)  # fmt: skip
+    out = json.loads(result.stdout)
+    assert out["blocked"] and not out["triton_loaded"] and out["tensordesc"]
+    assert out["folders"] == [launchpad.load_triton(f).to_json() for f in folders]
+    assert out["artifacts"] == [launchpad.from_triton(compiled[n]).to_json() for n in names]
+    for name, folder_json in zip(names, out["folders"]):
+        ref = launchpad.from_triton(compiled[name]).to_json()
+        assert folder_json["params"] == ref["params"] and folder_json["plan"] == ref["plan"]
+
+
+def test_tensordesc_converter_entry_points_agree(compiled):
+    """``CONVERTERS["tensordesc"](value, device, ctx, arg, **options)`` and the specialized converter
+    the generated code calls give the same values."""
+    k = launchpad.from_triton(compiled["host_desc_sm80"])
+    (arg,) = [a for a in k.args if a.kind == "expand"]
+    base = aligned(128 * 192, torch.float16).view(128, 192)
+    desc = TensorDescriptor.from_tensor(base, [64, 64], padding="nan")
+    plain = launchpad._launcher.CONVERTERS["tensordesc"](desc, -1, k._context, arg, **arg.options)
+    special = _tensordesc.tensordesc.specialize(**arg.options)(desc, -1, k._context, arg)
+    assert plain == special == (base.data_ptr(), 128, 192, 192, 1, True, 128, 192, 192, 1)
+    assert len(plain) == len(arg.params)
+
+
+def test_ttir_types():
+    assert lpt._ttir_type("!tt.ptr<f32>", "x") == "*fp32"
+    assert lpt._ttir_type("!tt.ptr<bf16, 1>", "x") == "*bf16"
+    assert lpt._ttir_type("!tt.ptr<i32>", "x") == "*void"  # i32 or u32: signless in MLIR
+    assert lpt._ttir_type("!tt.ptr<i1>", "x") == "*u1"
+    assert lpt._ttir_type("!tt.ptr<f8E4M3FN>", "x") == "*fp8e4nv"
+    assert lpt._ttir_type("i1", "x") == "u1" and lpt._ttir_type("i64", "x") == "i64"
+    assert lpt._ttir_type("!tt.tensordesc<tensor<64x32xbf16>>", "x") == "tensordesc<bf16[64, 32]>"
+    with pytest.raises(launchpad.LaunchpadError, match=r"kernel 'k', argument 2: unsupported argument type 'f128'"):
+        lpt._ttir_type("f128", "kernel 'k', argument 2")
+
+
+def test_triton_3_4_layout_one_scratch_pointer_and_wide_bools(compiled, fake_gpu):
+    """Triton 3.4 metadata (no profile scratch) and a 4-byte bool parameter, on a real cubin whose
+    layout fits it: rowsum's (ptr, ptr, i32, i32, ptr, ptr) read as (ptr, ptr, u1, i32, ptr) plus
+    3.4's single global_scratch."""
+    c = compiled["rowsum"]
+    md = {k: v for k, v in lpt._metadata_of(c).items() if not k.startswith("profile_scratch")}
+    md["triton_version"] = "3.4.0"
+    leaves = [lpt._Leaf("x_ptr", (0,), "*fp32"), lpt._Leaf("out_ptr", (1,), "*fp32"), lpt._Leaf("flag", (2,), "u1"),
+              lpt._Leaf("N", (3,), "i32"), lpt._Leaf("extra", (4,), "*fp32")]  # fmt: skip
+    k = fake_gpu.install(lpt._build(c.asm["cubin"], md, leaves, "rowsum"))
+    assert [p.type for p in k.params] == ["*fp32", "*fp32", "u32", "i32", "*fp32", "*i8"]
+    assert [a.name for a in k.args if a.kind == "scratch"] == ["global_scratch"]
+    x, out = aligned(64), aligned(64)
+    k[1](x, out, True, 7, None)
+    assert fake_gpu.last.params == [q(x.data_ptr()), q(out.data_ptr()), b"\x01\0\0\0", i32(7), NULL, NULL]
