@@ -250,15 +250,26 @@ def test_scratch_kernel_in_a_cuda_graph():
         assert torch.equal(out.view(M, N), x + 1)
 
 
-def test_shared_memory_above_the_device_limit_is_refused_at_load():
-    try:
-        k = launchpad.from_triton(
-            K.matmul_kernel,
-            signature={n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")} | {n: "i32" for n in "M N K sam sbk scm".split()},
-            constexprs={"sak": 1, "sbn": 1, "scn": 1, "BM": 256, "BN": 256, "BK": 128},
-            num_warps=8, num_stages=5,
-        )  # fmt: skip
-    except Exception as exc:  # a Triton that refuses this at compile time leaves nothing to test
-        pytest.skip(f"Triton refused the config at compile time: {exc}")
-    with pytest.raises(launchpad.OutOfResources, match="bytes of dynamic shared memory"):
-        k.load()
+def test_metadata_beyond_the_device_is_refused_at_load():
+    """Triton fits its pipelines into the device it compiles for, so a kernel whose metadata asks
+    for more than this device has (shared memory, threads) is one compiled elsewhere: the same
+    real cubin with the plan such metadata gives."""
+    import dataclasses
+
+    k = launchpad.from_triton(
+        K.matmul_kernel,
+        signature={n: "*fp16" for n in ("a_ptr", "b_ptr", "c_ptr")} | {n: "i32" for n in "M N K sam sbk scm".split()},
+        constexprs={"sak": 1, "sbn": 1, "scn": 1, "BM": 128, "BN": 128, "BK": 64},
+        num_warps=8, num_stages=4,
+    )  # fmt: skip
+    optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+
+    def with_plan(**changes):
+        return launchpad.Kernel(k.image, "cubin", k.name, k.params, args=k.args, display_name="matmul_kernel",
+                                plan=dataclasses.replace(k.plan, **changes))  # fmt: skip
+
+    with pytest.raises(launchpad.OutOfResources, match=rf"'matmul_kernel' asks for {optin + 1024} bytes of dynamic shared memory"):
+        with_plan(shared_mem=optin + 1024).load()
+    with pytest.raises(launchpad.OutOfResources, match="needs 2048 threads per block but allows at most"):
+        with_plan(block=(2048, 1, 1)).load()
+    k.load()  # the real plan fits
