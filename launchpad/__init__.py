@@ -12,7 +12,8 @@ from ._cpp import compile_cuda, compile_cuda_module, compile_cuda_object, link
 from ._launcher import Arg, LaunchPlan
 from ._layout import Param
 from ._numba import from_numba
-from ._triton import from_triton, load_triton, triton_launcher
+from ._triton import from_triton, load_triton
+from ._triton_launcher import triton_launcher
 from .errors import (
     ArgumentError,
     ArgumentTypeError,

@@ -14,7 +14,7 @@ import torch
 
 import launchpad
 from launchpad import _driver, _tensordesc
-from launchpad import _triton as lpt
+from launchpad import _triton_launcher as lpt
 
 triton = pytest.importorskip("triton")
 import triton_kernels as K  # noqa: E402
@@ -188,7 +188,7 @@ def test_errors_match_triton(env):
 def test_one_launcher_per_function():
     assert launchpad.triton_launcher(K.rowsum_kernel) is launchpad.triton_launcher(K.rowsum_kernel)
     other = launchpad.triton_launcher(K.rowsum_kernel, target=SM90)
-    assert isinstance(other, launchpad._triton.TritonLauncher) and other is not launchpad.triton_launcher(K.rowsum_kernel)
+    assert isinstance(other, launchpad._triton_launcher.TritonLauncher) and other is not launchpad.triton_launcher(K.rowsum_kernel)
     source = launchpad.triton_launcher(K.rowsum_kernel).run.__source__
     assert source.startswith("def run(_lp_grid, x_ptr, out_ptr, stride, N, BLOCK, **_lp_kw):")
 
