@@ -35,7 +35,7 @@ from .harness import Entry, Missing, Timed, WrongResult, describe
 
 N = 1024  # elements of the launch-overhead kernel: one block of 1024 threads
 SWEEP_N = 128  # elements of the sweep kernels: one block of 128 threads (Triton: 4 warps)
-SWEEP_KS = (1, 4, 8, 16, 32)
+SWEEP_KS = (1, 3, 4, 8, 16, 32)
 
 CPP_SOURCE = r"""
 extern "C" __global__ void double_it(const float* x, float* y, int n) {
@@ -566,6 +566,15 @@ def sweep_entries(k: int) -> list[Entry]:
         ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
         return Timed(call)
 
+    def lp_tl(ctx: Context) -> Timed:
+        import launchpad
+
+        s, t = ctx.sweep(k), ctx.sweep_triton(k)
+        launcher, grid, args = launchpad.triton_launcher(t.fn), (1,), (*s.ptrs, SWEEP_N)
+        call = lambda: launcher[grid](*args, BLOCK=SWEEP_N)
+        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(call)
+
     def jit(ctx: Context) -> Timed:
         s, t = ctx.sweep(k), ctx.sweep_triton(k)
         fn, grid, args = t.fn, (1,), (*s.ptrs, SWEEP_N)
@@ -592,6 +601,7 @@ def sweep_entries(k: int) -> list[Entry]:
         Entry("c_floor", "C loop calling cuLaunchKernel (the floor)", "floor", floor),
         Entry("lp_cpp", "launchpad Kernel.launch, C++", "launchpad", cpp),
         Entry("lp_triton", "launchpad Kernel.launch, Triton cubin", "launchpad", lp_tri),
+        Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_tl),
         Entry("triton_jit", "Triton fn[grid](...)", "peer", jit),
         Entry("triton_bare", "Triton bare launcher compiled.run(...)", "peer", bare),
         Entry("cuda_core", "cuda.core launch(...)", "peer", core),

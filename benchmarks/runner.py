@@ -57,7 +57,7 @@ class Config:
     e2e_launches: int = 2000  # back-to-back launches per end-to-end sample
     e2e_repeats: int = 5
     graph_kernels: int = 100  # launches captured in the CUDA graph
-    sweep_ks: tuple[int, ...] = (1, 4, 8, 16, 32)
+    sweep_ks: tuple[int, ...] = (1, 3, 4, 8, 16, 32)
     sweep_rounds: int = 60
     sweep_batch: int = 200
     compile_repeats: int = 5
@@ -70,7 +70,7 @@ class Config:
         c = cls(quick=quick, load_inline=load_inline)
         if quick:  # under a minute on the H200, Triton's first compiles included
             c.rounds, c.warmup, c.e2e_launches, c.e2e_repeats = 30, 100, 1000, 3
-            c.sweep_ks, c.sweep_rounds, c.sweep_batch = (1, 8, 32), 15, 100
+            c.sweep_ks, c.sweep_rounds, c.sweep_batch = (1, 3, 16, 32), 15, 100
             c.compile_repeats, c.fresh_repeats = 2, 2
         if rounds is not None:
             c.rounds = c.sweep_rounds = max(1, rounds)

@@ -364,8 +364,8 @@ def test_runner_writes_json_markdown_and_png(fake_gpu_bench, tmp_path, capsys):
     assert results["cupy"] == {"key": "cupy", "label": "CuPy RawKernel", "group": "peer", "status": "missing",
                                "reason": "cupy: not installed"}  # fmt: skip
     sweep = report["sweep"]
-    assert sweep["ks"] == [1, 8, 32]
-    assert set(sweep["results"]["lp_triton"]["per_k"]) == {"1", "8", "32"}
+    assert sweep["ks"] == [1, 3, 16, 32]
+    assert set(sweep["results"]["lp_triton"]["per_k"]) == {"1", "3", "16", "32"}
     assert sweep["results"]["c_floor"]["per_k"]["32"]["ratio"]["median"] == 1.0
     names = {t["name"]: t for t in report["targets"]}
     assert len(names) == len(targets.TARGETS)
