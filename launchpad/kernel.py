@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import ctypes
+import functools
 import json
 import threading
 import weakref
@@ -201,6 +202,7 @@ class Kernel:
         self._finalizer = weakref.finalize(self, self._loader.unload)
         self._finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
         self._context = Context(self.display_name, self.params, self.args)
+        self._configs: dict[Any, Callable[..., None]] = {}  # kernel[...] launch configurations
         # The instance attribute shadows the documented method below: one call, no extra frame.
         self.launch, self._prepare = build_launch(
             self._context, self.plan, self._loader.entry, self._loader.raise_shared, self._loader.launch_ex,
@@ -250,19 +252,34 @@ class Kernel:
     def __getitem__(self, config: Any) -> Callable[..., None]:
         """``kernel[grid](*args)`` for kernels with a fixed block (Triton), otherwise
         ``kernel[grid, block]``, ``kernel[grid, block, stream]`` or
-        ``kernel[grid, block, stream, shared_mem]`` (Numba's launch syntax)."""
-        launch = self.launch
+        ``kernel[grid, block, stream, shared_mem]`` (Numba's launch syntax).
+
+        The callable for each configuration is made once and reused: code that writes
+        ``kernel[grid, block](...)`` in a loop pays one dict lookup for it.
+        """
+        try:
+            return self._configs[config]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable (a list): not cached
+            return self._configure(config)
+        if len(self._configs) >= 256:  # grids that change every call: keep the cache bounded
+            self._configs.clear()
+        self._configs[config] = launch = self._configure(config)
+        return launch
+
+    def _configure(self, config: Any) -> Callable[..., None]:
         if self.plan.block is not None:
-            return lambda *args, **kw: launch(config, None, *args, **kw)
-        if not isinstance(config, tuple) or not 2 <= len(config) <= 4:
+            return functools.partial(self.launch, config, None)
+        if not isinstance(config, (tuple, list)) or not 2 <= len(config) <= 4:
             raise ArgumentError(f"kernel {self.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
         grid, block, *rest = config
         options: dict[str, Any] = {}
-        if rest and rest[0] is not None and rest[0] != 0:
+        if rest and rest[0] is not None and not (isinstance(rest[0], int) and rest[0] == 0):
             options["stream"] = rest[0]
         if len(rest) > 1:
             options["shared_mem"] = rest[1]
-        return lambda *args, **kw: launch(grid, block, *args, **options, **kw)
+        return functools.partial(self.launch, grid, block, **options)
 
     def bind(self, grid: Any, block: Any, *args: Any, **launch_options: Any) -> Callable[..., None]:
         """Validate and pack one launch now; return a function that repeats it.

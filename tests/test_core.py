@@ -222,6 +222,11 @@ def test_keyword_launch_options_and_getitem(module, fake_gpu):
     assert fake_gpu.last.grid == (3, 2, 1) and fake_gpu.last.block == (32, 2, 1) and fake_gpu.last.stream == 0x5000
     k[4, 64, 0x1234, 1024](1.0, x, y, 8)
     assert fake_gpu.last.stream == 0x1234 and fake_gpu.last.shared_mem == 1024
+    assert k[4, 64] is k[4, 64]  # one callable per configuration, made once
+    k[[2, 2], 32](1.0, x, y, 8)  # unhashable configurations work, uncached
+    assert fake_gpu.last.grid == (2, 2, 1)
+    with pytest.raises(lp.ArgumentError, match=r"use kernel\[grid, block"):
+        k[4]
     k.launch(1, 32, 1.0, x, y, 8, shared_mem=100 * 1024)  # above 48 KB: the limit is raised first
     assert fake_gpu.last.shared_mem == 100 * 1024
     k.launch(1, 32, 1.0, x, y, 8, cluster=(1, 1, 1), pdl=True)
