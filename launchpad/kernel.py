@@ -56,6 +56,7 @@ class _Loader:
         self.plan = plan
         self.modules: dict[int, tuple[Any, Any]] = {}  # device -> (module, function)
         self.entries: dict[int, tuple[Any, int, int]] = {}  # shared with the generated launchers
+        self.coresident: dict[tuple[int, int, int], int] = {}  # (device, threads, smem) -> max blocks
         self.lock = threading.Lock()
 
     def function(self, device: int) -> Any:
@@ -135,8 +136,12 @@ class _Loader:
             if any(g % c for g, c in zip(grid, cluster)):
                 raise ArgumentError(f"kernel {self.display_name!r}: grid {grid} is not a multiple of cluster {cluster}")
         if cooperative:
-            per_sm = _driver.max_active_blocks_per_sm(function, block[0] * block[1] * block[2], shared_mem)
-            capacity = per_sm * _driver.device_attribute(device, "multiprocessor_count")
+            threads = block[0] * block[1] * block[2]
+            key = (device, threads, shared_mem)
+            capacity = self.coresident.get(key)
+            if capacity is None:  # two driver queries: once per configuration, not per launch
+                per_sm = _driver.max_active_blocks_per_sm(function, threads, shared_mem)
+                capacity = self.coresident[key] = per_sm * _driver.device_attribute(device, "multiprocessor_count")
             if grid[0] * grid[1] * grid[2] > capacity:
                 raise ArgumentError(
                     f"kernel {self.display_name!r}: a cooperative launch of {grid[0] * grid[1] * grid[2]} blocks "
@@ -150,6 +155,7 @@ class _Loader:
     def unload(self) -> None:
         with self.lock:
             self.entries.clear()
+            self.coresident.clear()
             modules, self.modules = self.modules, {}
         for device, (module, _) in modules.items():
             _driver.unload_module(module, device)
