@@ -177,7 +177,7 @@ def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, dtype: torch.dty
         if address:
             owner = _driver.pointer_device(address)
             if owner is None:
-                raise ctx.error(arg, f"address {address:#x} is not device memory")
+                raise ctx.error(arg, f"address {address:#x} of a {type(value).__name__} is not device memory")
             if owner != device:
                 raise ctx.error(arg, f"memory is on cuda:{owner} but the launch is on cuda:{device}")
     if arg.align and address % arg.align:

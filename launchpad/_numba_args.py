@@ -24,8 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _driver
-from ._launcher import CONVERTERS, Arg, Context, _describe
+from ._launcher import CONVERTERS, Arg, Context, _describe, pointer_of
 from .errors import ArgumentTypeError
 
 __all__ = ["array_converter", "convert_array", "convert_complex"]
@@ -131,16 +130,13 @@ def _convert_slow(
     Objects with ``__cuda_array_interface__`` (Numba device arrays, CuPy) are converted here on
     every launch, so the messages are only built when one is raised.
     """
-    if isinstance(value, torch.Tensor):
-        if value.get_device() != device:
-            if value.device.type != "cuda":
-                raise ctx.error(arg, f"expected a CUDA tensor, got {_describe(value)}")
-            raise ctx.error(arg, f"tensor is on cuda:{value.get_device()} but the launch is on cuda:{device}")
+    is_tensor = isinstance(value, torch.Tensor)
+    if is_tensor:
+        address = pointer_of(ctx, arg, value, device, None)  # the device checks every pointer gets
         if getattr(torch, dtype, None) is not value.dtype:
             raise _wrong_dtype(ctx, arg, value)
         shape = tuple(value.shape)
         strides = tuple(s * itemsize for s in value.stride())
-        address = value.data_ptr()
     else:
         cai = getattr(value, "__cuda_array_interface__", None)
         if not isinstance(cai, dict):
@@ -159,15 +155,10 @@ def _convert_slow(
         raw = cai.get("strides")
         # no strides in the interface means C-contiguous
         strides = tuple(raw) if raw is not None else _c_strides(shape, itemsize)
-        address = int(cai["data"][0])
-        if address and len(shape) == ndim:
-            owner = _driver.pointer_device(address)
-            if owner != device:
-                if owner is None:
-                    raise ctx.error(arg, f"address {address:#x} of {_what(value)} is not device memory")
-                raise ctx.error(arg, f"memory is on cuda:{owner} but the launch is on cuda:{device}")
     if len(shape) != ndim:
         raise ctx.error(arg, f"expected a {ndim}-d array ({_typename(arg)}), got {_what(value)} of shape {shape}")
+    if not is_tensor:
+        address = pointer_of(ctx, arg, value, device, None)  # device memory, and on the launch device
     nitems = 1
     for s in shape:
         nitems *= s
