@@ -406,6 +406,23 @@ def lp_bound(ctx: Context) -> Timed:
     return Timed(bound, note="bound = k.bind(1, 1024, x, y, n); bound()  (C++ kernel)")
 
 
+_TORCH_OPS: dict[str, Any] = {}  # an operator name can be registered once per process
+
+
+def lp_torch_op(ctx: Context) -> Timed:
+    import launchpad
+
+    if "double_it" not in _TORCH_OPS:
+        typed = launchpad.compile_cuda(CPP_SOURCE, CPP_NAME, signature="*fp32, *fp32, i32")
+        _TORCH_OPS["double_it"] = launchpad.torch_op(
+            "launchpad_bench::double_it", typed, names=("x", "y", "n"), mutates=("y",), grid=1, block=1024
+        )
+    op, x, y, n = _TORCH_OPS["double_it"], ctx.x, ctx.y, ctx.n
+    call = lambda: op(x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="op = launchpad.torch_op('launchpad_bench::double_it', k, ...); op(x, y, n)")
+
+
 def lp_triton_launcher(ctx: Context) -> Timed:
     import launchpad
 
@@ -524,6 +541,7 @@ LAUNCHERS: list[Entry] = [
     Entry("lp_numba_getitem", "launchpad k[grid, block](...), Numba", "launchpad", lp_numba_getitem),
     Entry("lp_bound", "launchpad bound launch (Kernel.bind, C++)", "launchpad", lp_bound),
     Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_triton_launcher),
+    Entry("lp_torch_op", "launchpad.torch_op operator, C++ (torch dispatcher)", "launchpad", lp_torch_op),
     Entry("triton_jit", "Triton fn[grid](...)", "peer", triton_jit),
     Entry("triton_compiled", "Triton CompiledKernel[grid](...)", "peer", triton_compiled),
     Entry("triton_bare", "Triton bare launcher compiled.run(...)", "peer", triton_bare),

@@ -12,14 +12,18 @@ from ._cpp import compile_cuda, compile_cuda_module, compile_cuda_object, link
 from ._launcher import Arg, LaunchPlan
 from ._layout import Param
 from ._numba import from_numba
+from ._torch_op import torch_op
 from ._triton import from_triton, load_triton
 from ._triton_launcher import triton_launcher
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
+    BinaryError,
+    CacheWarning,
     CompileError,
     CudaError,
     LaunchpadError,
+    LaunchpadWarning,
     NoDeviceError,
     OutOfResources,
 )
@@ -35,11 +39,14 @@ __all__ = [
     "Arg",
     "ArgumentError",
     "ArgumentTypeError",
+    "BinaryError",
+    "CacheWarning",
     "CompileError",
     "CudaError",
     "Kernel",
     "LaunchPlan",
     "LaunchpadError",
+    "LaunchpadWarning",
     "NoDeviceError",
     "OutOfResources",
     "Param",
@@ -53,5 +60,6 @@ __all__ = [
     "load",
     "load_cubin",
     "load_triton",
+    "torch_op",
     "triton_launcher",
 ]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _cache, _driver
-from .errors import CompileError, LaunchpadError
+from .errors import BinaryError, CompileError
 from .kernel import Kernel, from_image
 
 __all__ = ["compile_cuda", "compile_cuda_module", "compile_cuda_object", "link", "resolve_arch"]
@@ -98,7 +98,9 @@ def _compile(source: str, names: Sequence[str], output: str, arch: str, std: str
     key = _cache.cache_key(
         "nvrtc", _nvrtc_version(), source, list(names), output, arch, std, defines, include_dirs, options, fields
     )
-    hit = _cache.get(key)
+    what = f"kernel{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}" if names else f"device code ({output})"
+    what += f" for {arch}"
+    hit = _cache.get(key, what)
     if hit is not None:
         return hit[1], hit[0]["symbols"]
     from cuda.core import Program
@@ -108,10 +110,10 @@ def _compile(source: str, names: Sequence[str], output: str, arch: str, std: str
         obj = Program(source, "c++", opts).compile(output, name_expressions=list(names))
     except Exception as exc:
         message, _, log = str(exc).partition("compilation log:")
-        raise CompileError(f"NVRTC could not compile for {arch}: {message.strip()}", log.strip("\n\0")) from None
+        raise CompileError(f"NVRTC could not compile {what}: {message.strip()}", log.strip("\n\0")) from None
     symbols = {n: obj.symbol_mapping.get(n, n.encode()).decode() for n in names}
     binary = bytes(obj.code)
-    _cache.put(key, {"symbols": symbols, "arch": arch}, binary)
+    _cache.put(key, {"symbols": symbols, "arch": arch}, binary, what)
     return binary, symbols
 
 
@@ -145,7 +147,12 @@ def compile_cuda(
     Raises
     ------
     CompileError
-        With NVRTC's full log.
+        Naming the kernel, with NVRTC's full log.
+    BinaryError
+        The binary has no kernel ``name`` (e.g. a name that is neither ``extern "C"`` nor
+        resolvable as a name expression).
+    ArgumentError
+        ``signature`` does not agree with the binary's parameters.
     """
     return compile_cuda_module(
         source, [name], arch=arch, std=std, defines=defines, include_dirs=include_dirs, options=options,
@@ -218,7 +225,10 @@ def _object_code(obj: Any) -> Any:
         return ObjectCode.from_fatbin(data)
     if b".version" in data[:4096]:
         return ObjectCode.from_ptx(data)
-    raise LaunchpadError("cannot tell what kind of object this is (expected LTO-IR, PTX, cubin or fatbin)")
+    raise BinaryError(
+        f"cannot tell what kind of object this is ({len(data)} bytes starting {data[:8]!r}; expected LTO-IR, PTX, "
+        "cubin or fatbin)"
+    )
 
 
 def link(
@@ -239,15 +249,16 @@ def link(
     if lto is None:
         lto = any(c.code_type == "ltoir" for c in codes)
     key = _cache.cache_key("nvjitlink", _nvrtc_version(), arch, lto, [(c.code_type, bytes(c.code)) for c in codes])
-    hit = _cache.get(key)
+    what = f"kernel {display_name or name!r} (linked for {arch})"
+    hit = _cache.get(key, what)
     if hit is not None:
         cubin = hit[1]
     else:
         try:
             cubin = bytes(Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=lto)).link("cubin").code)
         except Exception as exc:
-            raise CompileError(f"nvJitLink could not link for {arch}", str(exc)) from None
-        _cache.put(key, {"arch": arch}, cubin)
+            raise CompileError(f"nvJitLink could not link {what}", str(exc)) from None
+        _cache.put(key, {"arch": arch}, cubin, what)
     return from_image(
         cubin, "cubin", name, signature=signature, display_name=display_name, metadata={"frontend": "link", "arch": arch}
     )

@@ -6,12 +6,19 @@ CUresult's name, the driver's message and the call that failed. The launch hot p
 ``cuda.bindings``) and hands a failed result to :func:`launch_failed`.
 
 Contexts: launchpad uses each device's primary context, the one PyTorch uses. It is retained
-once per device and made current on a thread that has none (a fresh ``threading.Thread``).
+once per device. launchpad never changes which device is current on a thread (PyTorch reads it
+from the current context): work for another device (a module load, a launch on another device's
+stream) runs with that device's context pushed and popped again. The one exception is a thread
+that has no context at all (a fresh ``threading.Thread``): it adopts device 0's, as the CUDA
+runtime would on its first call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 from cuda.bindings import driver as _cu
@@ -42,6 +49,7 @@ FUNCTION_ATTRIBUTES = {
 _lock = threading.Lock()
 _initialized = False
 _primary: dict[int, Any] = {}  # device ordinal -> retained primary CUcontext
+_modules: dict[int, int] = {}  # module handle -> device, for every module loaded and not yet unloaded
 
 
 def error_text(code: Any) -> tuple[str, str]:
@@ -136,17 +144,24 @@ def primary_context(device: int) -> Any:
     return ctx
 
 
-def ensure_context(device: int) -> bool:
-    """Make the device's primary context current on this thread unless it already is.
-
-    Returns True when the current context was changed.
-    """
-    ctx = primary_context(device)
+def _current_context() -> int:
+    """The calling thread's current context as an int (0: none)."""
     current = check(_cu.cuCtxGetCurrent(), "cuCtxGetCurrent")
-    if current is not None and int(current) == int(ctx):
-        return False
-    check(_cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
-    return True
+    return 0 if current is None else int(current)
+
+
+@contextlib.contextmanager
+def device_context(device: int) -> Iterator[None]:
+    """Run a block with ``device``'s primary context current, leaving the thread's as it was."""
+    ctx = primary_context(device)
+    if _current_context() == int(ctx):
+        yield
+        return
+    check(_cu.cuCtxPushCurrent(ctx), "cuCtxPushCurrent")
+    try:
+        yield
+    finally:
+        check(_cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
 # --- modules and functions ----------------------------------------------------------------------
@@ -157,27 +172,48 @@ def load_function(image: bytes, name: str, device: int) -> tuple[Any, Any]:
 
     Returns ``(module, function)`` handles.
     """
-    ensure_context(device)
-    module = check(_cu.cuModuleLoadData(image), "cuModuleLoadData")
-    try:
-        function = check(_cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name!r})")
-    except CudaError:
-        _cu.cuModuleUnload(module)
-        raise
+    with device_context(device):
+        module = check(_cu.cuModuleLoadData(image), "cuModuleLoadData")
+        try:
+            function = check(_cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name!r})")
+        except CudaError:
+            _cu.cuModuleUnload(module)
+            raise
+    _modules[int(module)] = device  # one dict operation, atomic under the GIL: no lock (see below)
     return module, function
 
 
 def unload_module(module: Any, device: int) -> None:
-    """Unload a module; errors are ignored (this runs from finalizers)."""
+    """Unload a module.
+
+    This runs from finalizers, so it raises nothing and takes no lock (a finalizer can run in
+    the middle of any code, including code holding that lock). A failure is reported as a
+    ``ResourceWarning``, and the module stays counted by :func:`loaded_modules`.
+    """
     ctx = _primary.get(device)
     if ctx is None:
         return
-    if _cu.cuCtxPushCurrent(ctx)[0] != SUCCESS:
-        return
-    try:
-        _cu.cuModuleUnload(module)
-    finally:
+    err = _cu.cuCtxPushCurrent(ctx)[0]
+    if err == SUCCESS:
+        err = _cu.cuModuleUnload(module)[0]
         _cu.cuCtxPopCurrent()
+    if err == SUCCESS:
+        _modules.pop(int(module), None)
+    else:
+        message = f"could not unload a module on cuda:{device}: {'; '.join(error_text(err))}"
+        warnings.warn(message, ResourceWarning, stacklevel=2)
+
+
+def loaded_modules(device: int | None = None) -> int:
+    """How many modules launchpad has loaded and not yet unloaded (on ``device``, or on all)."""
+    return sum(1 for d in list(_modules.values()) if device is None or d == device)
+
+
+def memory_info(device: int) -> tuple[int, int]:
+    """``(free, total)`` bytes of the device's memory, as the driver reports them."""
+    with device_context(device):
+        free, total = check(_cu.cuMemGetInfo(), "cuMemGetInfo")
+    return int(free), int(total)
 
 
 def function_attribute(function: Any, name: str) -> int:
@@ -222,15 +258,25 @@ def pointer_device(address: int) -> int | None:
 
 
 def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:
-    """Handle a failed launch, ``launch(*args)``.
+    """Handle a failed launch, ``launch(*args)``, for ``device``.
 
-    A thread that never touched CUDA has no current context (or another device's): make the
-    device's primary context current and launch once more. This keeps the context check off
-    the hot path. Any other error is raised as :class:`CudaError`.
+    The launch fails with INVALID_CONTEXT or INVALID_HANDLE when the thread's current context is
+    not the device's: a fresh thread has none, and a launch on another device's stream finds the
+    current device's. The first adopts device 0's context when that is the launch device (what
+    the runtime, and so torch, would make current there); otherwise the launch is retried once
+    with the device's context pushed. This keeps the context check off the hot path. Any other
+    error is raised as :class:`CudaError`.
     """
     if err in (CUresult.CUDA_ERROR_INVALID_CONTEXT, CUresult.CUDA_ERROR_INVALID_HANDLE):
-        if ensure_context(device):
-            err = launch(*args)[0]
+        ctx = primary_context(device)
+        current = _current_context()
+        if current != int(ctx):
+            if current == 0 and device == 0:
+                check(_cu.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+                err = launch(*args)[0]
+            else:
+                with device_context(device):
+                    err = launch(*args)[0]
             if err == SUCCESS:
                 return
     raise CudaError(int(err), *error_text(err), launch.__name__)

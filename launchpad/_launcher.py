@@ -16,25 +16,26 @@ the launch instead of issuing it (``Kernel.bind`` and zero-sized grids use it).
 from __future__ import annotations
 
 import ctypes
+import operator
 import struct
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from . import _driver
 from ._layout import POINTER_DTYPES, Param, struct_format
-from .errors import ArgumentError, ArgumentTypeError
+from .errors import ArgumentError, ArgumentTypeError, CudaError, NoDeviceError
 
 _MISSING = object()
+_NO_CUDA = "this torch build has no CUDA support; launching needs a CUDA build of torch and a GPU"
 
 
 def _no_cuda(*_: Any) -> Any:
-    from .errors import NoDeviceError
-
-    raise NoDeviceError("this torch build has no CUDA support; launching needs a CUDA build of torch and a GPU")
+    raise NoDeviceError(_NO_CUDA)
 
 
 # torch's current device and raw stream: the cheapest calls torch offers (what Triton uses)
@@ -228,6 +229,19 @@ def bytes_value(ctx: Context, arg: Arg, value: Any) -> bytes:
     return data
 
 
+def shared_mem_value(ctx: Context, value: Any) -> int:
+    """The dynamic shared memory of a launch that is not a plain non-negative int: checked."""
+    try:
+        nbytes = _index(value)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"kernel {ctx.kernel_name!r}: shared_mem must be an int number of bytes, got {_describe(value)}"
+        ) from None
+    if nbytes < 0:
+        raise ArgumentError(f"kernel {ctx.kernel_name!r}: shared_mem must not be negative, got {nbytes}")
+    return nbytes
+
+
 def bf16_bits(value: Any) -> int:
     """bf16 as Triton packs it: the top 16 bits of the fp32 value (truncation)."""
     return int.from_bytes(struct.pack("<f", value), "little") >> 16
@@ -253,19 +267,33 @@ def same_value(a: Any, b: Any) -> bool:
     return False
 
 
+def _index(value: Any) -> int:
+    """An int from an int-like value (numpy ints too); TypeError for bools, floats, strings."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("a bool is not a size")
+    return operator.index(value)
+
+
 def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
-    """A grid or block given as an int or a 1-3 tuple, as three ints, range-checked."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        t = (value, 1, 1)
-    else:
-        try:
-            t = tuple(int(v) for v in value) + (1, 1)
-        except (TypeError, ValueError):
-            raise ArgumentTypeError(
-                f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {value!r}"
-            ) from None
-        if not 1 <= len(value) <= 3:
-            raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
+    """A grid or block given as an int or a 1-3 tuple, as three ints, range-checked.
+
+    Only integers are taken (numpy integers too): a float, a bool or a string is refused rather
+    than truncated or read as digits.
+    """
+    try:
+        if hasattr(value, "__index__") or isinstance(value, (bool, np.bool_)):
+            t = (_index(value), 1, 1)
+        elif isinstance(value, (str, bytes)):
+            raise TypeError(value)
+        else:
+            items = tuple(value)
+            if not 1 <= len(items) <= 3:
+                raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
+            t = tuple(_index(v) for v in items) + (1, 1)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {_describe(value)}"
+        ) from None
     x, y, z = t[:3]
     limits = (_MAX_GRID_X, _MAX_GRID_YZ, _MAX_GRID_YZ) if what == "grid" else _MAX_BLOCK
     low = 0 if what == "grid" else 1
@@ -290,23 +318,55 @@ class RawStream:
         return f"RawStream({self.handle:#x}, device={self.device})"
 
 
-def stream_of(stream: Any) -> tuple[int, int]:
-    """``(raw handle, device)`` of an explicit stream argument."""
+def stream_of(stream: Any, ctx: Context | None = None) -> tuple[int, int]:
+    """``(raw handle, device)`` of an explicit stream argument (``ctx`` names the kernel in errors)."""
     if isinstance(stream, RawStream):
         return stream.handle, stream.device
     if isinstance(stream, torch.cuda.Stream):
         return stream.cuda_stream, stream.device_index
     if isinstance(stream, int) and not isinstance(stream, bool):
-        return stream, current_device()
+        return stream, _current_device(ctx)
     proto = getattr(stream, "__cuda_stream__", None)
     if proto is not None:
         handle = int((proto() if callable(proto) else proto)[1])
         device = getattr(getattr(stream, "device", None), "device_id", None)
-        return handle, current_device() if device is None else int(device)
+        return handle, _current_device(ctx) if device is None else int(device)
+    kernel = f"kernel {ctx.kernel_name!r}: " if ctx is not None else ""
     raise ArgumentTypeError(
-        f"stream must be a torch.cuda.Stream, a cuda.core Stream, an int handle or have __cuda_stream__; "
-        f"got {type(stream).__name__}"
+        f"{kernel}stream must be a torch.cuda.Stream, a cuda.core Stream, an int handle or have __cuda_stream__; "
+        f"got {_describe(stream)}"
     )
+
+
+def _current_device(ctx: Context | None) -> int:
+    try:
+        return current_device()
+    except NoDeviceError as exc:
+        if ctx is None:
+            raise
+        raise NoDeviceError(f"kernel {ctx.kernel_name!r}: {exc}") from None
+
+
+def _kernel_no_cuda(ctx: Context) -> Callable[[], int]:
+    """What a kernel's launch calls for the current device when torch has no CUDA: an error naming it."""
+
+    def no_cuda() -> int:
+        raise NoDeviceError(f"kernel {ctx.kernel_name!r}: {_NO_CUDA}")
+
+    return no_cuda
+
+
+def _kernel_launch_failed(ctx: Context) -> Callable[..., None]:
+    """``_driver.launch_failed`` for one kernel: the error it raises names the kernel and device."""
+
+    def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:
+        try:
+            _driver.launch_failed(err, device, launch, args)
+        except CudaError as exc:
+            context = f"kernel {ctx.kernel_name!r} on cuda:{device}"
+            raise CudaError(exc.code, exc.name, exc.message, exc.call, context=context) from None
+
+    return launch_failed
 
 
 def scratch(nbytes: int, align: int, device: int, stream: int) -> tuple[Any, int]:
@@ -384,22 +444,30 @@ def build_launch(
         return tls.state
 
     w.names.update(
-        _M=_MISSING, _ctx=ctx, _Tensor=torch.Tensor, _get_device=current_device,
+        _M=_MISSING, _ctx=ctx, _Tensor=torch.Tensor,
+        _get_device=current_device if current_device is not _no_cuda else _kernel_no_cuda(ctx),
         _raw_stream=current_raw_stream, _stream_of=stream_of, _entries=entries,
         _entry=entry, _raise_shared=raise_shared, _dims=dims, _fail=_fail, _pointer_of=pointer_of,
-        _untyped=untyped_value, _bytes=bytes_value, _bf16=bf16_bits, _same=same_value,
+        _untyped=untyped_value, _bytes=bytes_value, _shared_mem=shared_mem_value, _bf16=bf16_bits, _same=same_value,
         _scratch=scratch, _CONVERTERS=CONVERTERS, _cuLaunchKernel=_driver.cuLaunchKernel,
-        _launch_failed=_driver.launch_failed, _launch_ex=launch_ex, _SUCCESS=_driver.SUCCESS,
+        _launch_failed=_kernel_launch_failed(ctx), _launch_ex=launch_ex, _SUCCESS=_driver.SUCCESS,
         _tls=tls, _new_state=new_state, _pack=struct.Struct(fmt).pack_into,
     )  # fmt: skip
+    sources: dict[str, str] = {}
     for mode in ("launch", "_full", "_prepare"):
+        start = len(w.lines)
         _emit_function(w, ctx, plan, mode, size)
-        w.lines.append("")
-    source = "\n".join(w.lines)
-    namespace = dict(w.names)
-    exec(compile(source, f"<launchpad launch {ctx.kernel_name}>", "exec"), namespace)
-    launch, prepare = namespace["launch"], namespace["_prepare"]
-    launch.__source__ = prepare.__source__ = source
+        sources[mode] = "\n".join(w.lines[start:]) + "\n"
+    # Each function gets globals of its own that hold the functions it calls but not itself: no
+    # reference cycle, so a kernel's launch functions, and the loader that keeps its modules
+    # loaded, are freed as soon as the last reference goes, without waiting for the cyclic GC.
+    functions: dict[str, Callable[..., Any]] = {}
+    for mode in ("_prepare", "_full", "launch"):
+        namespace = {**w.names, **functions}
+        exec(compile(sources[mode], f"<launchpad {mode} {ctx.kernel_name}>", "exec"), namespace)
+        functions[mode] = namespace.pop(mode)
+    launch, prepare = functions["launch"], functions["_prepare"]
+    launch.__source__ = prepare.__source__ = "\n".join(sources.values())  # (``_full``: launch's global)
     return launch, prepare
 
 
@@ -429,7 +497,7 @@ def _emit_function(w: _Writer, ctx: Context, plan: LaunchPlan, mode: str, size: 
         w.emit("dev = _get_device()", 2)
         w.emit("hs = _raw_stream(dev)", 2)
         w.emit("else:")
-        w.emit("hs, dev = _stream_of(stream)", 2)
+        w.emit("hs, dev = _stream_of(stream, _ctx)", 2)
     w.emit("try:")
     w.emit("fn, maxthr, smemlim = _entries[dev]", 2)
     w.emit("except KeyError:")
@@ -461,6 +529,8 @@ def _emit_function(w: _Writer, ctx: Context, plan: LaunchPlan, mode: str, size: 
     if plan.grid_multiplier != 1:
         w.emit(f"gx *= {plan.grid_multiplier}")
     if not fast:  # the fast path's shared memory is the plan's, which loading already allowed
+        w.emit("if shared_mem.__class__ is not int or shared_mem < 0:")
+        w.emit("shared_mem = _shared_mem(_ctx, shared_mem)", 2)
         w.emit("if shared_mem > smemlim:")
         w.emit("smemlim = _raise_shared(dev, shared_mem)", 2)
 

@@ -121,11 +121,14 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
     if target_options.get("device"):
         raise LaunchpadError(f"{pyfunc.__name__!r} is a device function (device=True), not a kernel")
     name = getattr(pyfunc, "__name__", "numba_kernel")
-    argtypes, return_type = _normalize_signature(signature)
+    argtypes, return_type = _normalize_signature(signature, name)
     if return_type is not None and str(return_type) not in ("none", "void"):
         raise LaunchpadError(f"kernel {name!r}: a kernel returns nothing, the signature returns {return_type}")
     names = _argument_names(pyfunc, len(argtypes))
-    words, param_names, args = describe_arguments(argtypes, names)
+    try:
+        words, param_names, args = describe_arguments(argtypes, names)
+    except LaunchpadError as exc:  # a type launchpad cannot pass: say which kernel
+        raise LaunchpadError(f"kernel {name!r}, {exc}") from None
 
     arch = _cpp.resolve_arch(arch)
     cc = _compute_capability(arch)
@@ -250,13 +253,13 @@ def _element_dtype(ty: Any, name: str, array: Any) -> tuple[str, int]:
     return dtype, np.dtype(dtype).itemsize
 
 
-def _normalize_signature(signature: Any) -> tuple[tuple[Any, ...], Any]:
+def _normalize_signature(signature: Any, name: str) -> tuple[tuple[Any, ...], Any]:
     from numba.cuda.core import sigutils
 
     try:
         args, return_type = sigutils.normalize_signature(signature)
     except Exception as exc:
-        raise LaunchpadError(f"invalid Numba signature {signature!r}: {exc}") from None
+        raise LaunchpadError(f"kernel {name!r}: invalid Numba signature {signature!r}: {exc}") from None
     return tuple(args), return_type
 
 
@@ -352,7 +355,9 @@ def _compile(pyfunc: Any, argtypes: tuple, cc: tuple, lto: bool, options: dict) 
         raise
     except Exception as exc:
         if type(exc).__module__.startswith("numba"):  # typing and lowering errors: the user's code
-            raise CompileError(f"Numba could not compile {pyfunc.__name__!r} for {argtypes}", str(exc)) from exc
+            log = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # without Numba's terminal colours
+            kinds = ", ".join(map(str, argtypes))
+            raise CompileError(f"Numba could not compile kernel {pyfunc.__name__!r} for ({kinds})", log) from exc
         raise
 
 

@@ -35,7 +35,7 @@ from typing import Any
 
 from ._launcher import Arg, LaunchPlan
 from ._layout import POINTER_DTYPES, Param, apply_signature, kernels_in_image
-from .errors import ArgumentError, LaunchpadError
+from .errors import ArgumentError, BinaryError, CompileError, LaunchpadError
 from .kernel import Kernel
 
 __all__ = ["from_triton", "load_triton"]
@@ -134,9 +134,13 @@ def _plan(md: dict) -> LaunchPlan:
 def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str) -> Kernel:
     """The Kernel of a Triton cubin: params from the binary, typed by ``leaves``."""
     name = md["name"]
-    binary = kernels_in_image(image, "cubin").get(name)
+    try:
+        binary = kernels_in_image(image, "cubin").get(name)
+    except BinaryError as exc:
+        raise BinaryError(f"kernel {display_name!r}: {exc}") from None
     if binary is None:
-        raise LaunchpadError(f"kernel {name!r} is not in the cubin")
+        symbol = f" (symbol {name})" if name != display_name else ""
+        raise BinaryError(f"kernel {display_name!r}{symbol} is not in the cubin")
     cubin = list(binary.params)
     version = _version(md)
     scratch = ("global", "profile") if version >= (3, 5) else ("global",)
@@ -346,13 +350,13 @@ def _signature_of(jit_fn: Any, signature: Any, constexprs: dict) -> dict:
         sig = dict(signature)
         unknown = [k for k in sig if k not in names]
         if unknown:
-            raise ArgumentError(f"{jit_fn.__name__}: signature names unknown arguments {unknown} (arguments: {names})")
+            raise ArgumentError(f"kernel {jit_fn.__name__!r}: signature names unknown arguments {unknown} (arguments: {names})")
     else:
         words = [w.strip() for w in signature.split(",")] if isinstance(signature, str) else list(signature)
         runtime = [n for n, p in zip(names, jit_fn.params) if n not in const_names and not p.is_constexpr]
         if len(words) != len(runtime):
             raise ArgumentError(
-                f"{jit_fn.__name__}: {len(words)} signature types for {len(runtime)} runtime arguments {runtime}"
+                f"kernel {jit_fn.__name__!r}: {len(words)} signature types for {len(runtime)} runtime arguments {runtime}"
             )
         sig = dict(zip(runtime, words))
     for name in names:
@@ -360,7 +364,7 @@ def _signature_of(jit_fn: Any, signature: Any, constexprs: dict) -> dict:
             sig.setdefault(name, "constexpr")
     missing = [n for n in names if n not in sig]
     if missing:
-        raise ArgumentError(f"{jit_fn.__name__}: no type or constexpr value for arguments {missing}")
+        raise ArgumentError(f"kernel {jit_fn.__name__!r}: no type or constexpr value for arguments {missing}")
     return {n: sig[n] for n in names}
 
 
@@ -390,13 +394,22 @@ def _compile_jit(
     for p in jit_fn.params:  # constexpr arguments left out take their defaults, as at a launch
         if p.is_constexpr and p.name not in constexprs:
             if not p.has_default:
-                raise ArgumentError(f"{jit_fn.__name__}: constexpr argument {p.name!r} needs a value in constexprs")
+                raise ArgumentError(f"kernel {jit_fn.__name__!r}: constexpr argument {p.name!r} needs a value in constexprs")
             constexprs[p.name] = p.default
     target = _target(target)
     backend = make_backend(target)
     options = _run_options(jit_fn, {k: v for k, v in options.items() if v is not None}, backend)
     src = ASTSource(jit_fn, _signature_of(jit_fn, signature, constexprs), constexprs, _attrs_of(jit_fn, attrs))
-    return triton.compile(src, target=target, options=options)
+    try:
+        return triton.compile(src, target=target, options=options)
+    except LaunchpadError:
+        raise
+    except Exception as exc:  # Triton's CompilationError, MLIR pass and ptxas failures: the user's code
+        raise CompileError(
+            f"Triton could not compile kernel {jit_fn.__name__!r} for {target.backend} {target.arch}: "
+            f"{type(exc).__name__}",
+            str(exc).strip(),
+        ) from exc
 
 
 def from_triton(
@@ -441,6 +454,16 @@ def from_triton(
         Launch with ``kernel[grid](*args)`` or ``kernel.launch(grid, None, *args)``, passing every
         Python argument in order as with ``CompiledKernel[grid](...)``: constexprs and
         specialized values too, which must equal what the kernel was compiled for.
+
+    Raises
+    ------
+    CompileError
+        Triton could not compile the jit function (the message names it; Triton's own error,
+        with its source location, is the log and the ``__cause__``).
+    ArgumentError
+        The signature, constexprs or target do not fit the jit function.
+    BinaryError
+        The cubin does not hold the kernel the metadata names, or is damaged.
     """
     if not hasattr(compiled_or_jit, "asm") and hasattr(compiled_or_jit, "result"):
         compiled_or_jit = compiled_or_jit.result()  # a FutureKernel of Triton's async compile mode

@@ -1,8 +1,24 @@
-"""Exceptions raised by launchpad.
+"""Exceptions and warnings raised by launchpad.
 
 Every error launchpad raises derives from :class:`LaunchpadError`, so one ``except`` catches them
 all, and each also derives from the builtin that fits it (``TypeError``, ``ValueError``,
-``RuntimeError``), so existing handlers keep working.
+``RuntimeError``), so existing handlers keep working. Every warning derives from
+:class:`LaunchpadWarning` (a ``UserWarning``), so ``warnings.filterwarnings`` can select them.
+
+=======================  ===================================================================
+class                    raised when
+=======================  ===================================================================
+``ArgumentError``        a launch argument or configuration is invalid (before any driver call)
+``ArgumentTypeError``    ... and the problem is its type (also a ``TypeError``)
+``OutOfResources``       a kernel asks for more shared memory or threads than the device allows
+``BinaryError``          a binary cannot be used: not a valid image, no such kernel in it, built
+                         for another architecture, a damaged or modified saved artifact
+``CompileError``         NVRTC, nvJitLink, Triton or Numba refused the code
+``CudaError``            a CUDA driver call failed
+``NoDeviceError``        there is no CUDA driver, GPU or CUDA build of torch to launch on
+``CacheWarning``         the disk cache is unusable (compiles go on uncached) or an entry was
+                         corrupt (it is deleted and rebuilt)
+=======================  ===================================================================
 """
 
 from __future__ import annotations
@@ -10,9 +26,12 @@ from __future__ import annotations
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
+    "BinaryError",
+    "CacheWarning",
     "CompileError",
     "CudaError",
     "LaunchpadError",
+    "LaunchpadWarning",
     "NoDeviceError",
     "OutOfResources",
 ]
@@ -25,21 +44,31 @@ class LaunchpadError(Exception):
 class CudaError(LaunchpadError, RuntimeError):
     """A CUDA driver call failed.
 
+    The message is ``"[context: ]call failed: NAME (code): driver message"``; the context, when
+    launchpad knows it, names the kernel and the device.
+
     Attributes
     ----------
     code : int
         The ``CUresult`` value.
     name : str
         Its name, e.g. ``"CUDA_ERROR_INVALID_VALUE"``.
+    message : str
+        The driver's description of it.
     call : str
         The driver call that failed, e.g. ``"cuModuleLoadData"``.
+    context : str
+        What launchpad was doing (``"kernel 'scale' on cuda:0"``), or ``""``.
     """
 
-    def __init__(self, code: int, name: str, message: str, call: str):
+    def __init__(self, code: int, name: str, message: str, call: str, context: str = ""):
         self.code = int(code)
         self.name = name
+        self.message = message
         self.call = call
-        super().__init__(f"{call} failed: {name} ({int(code)}): {message}")
+        self.context = context
+        text = f"{call} failed: {name} ({int(code)}): {message}"
+        super().__init__(f"{context}: {text}" if context else text)
 
 
 class NoDeviceError(LaunchpadError, RuntimeError):
@@ -58,9 +87,35 @@ class OutOfResources(LaunchpadError, ValueError):
     """A kernel asks for more of a device resource (shared memory, threads) than it allows."""
 
 
+class BinaryError(LaunchpadError, ValueError):
+    """A kernel binary cannot be used.
+
+    Raised, naming the kernel, for bytes that are not a valid cubin, fatbin or PTX image (checked
+    when the :class:`~launchpad.Kernel` is made), a kernel name the binary does not define, a
+    binary built for an architecture the device cannot run (checked before the driver loads
+    it), an image the driver refuses to load (the ``CUresult`` name is in the message and the
+    :class:`CudaError` is the ``__cause__``), and a saved artifact that is damaged, truncated,
+    modified after it was written or of another format version (naming its path).
+    """
+
+
 class CompileError(LaunchpadError, RuntimeError):
-    """Compiling or linking failed; the message holds the compiler's full log."""
+    """Compiling or linking failed; the message names the kernel and holds the compiler's full log."""
 
     def __init__(self, message: str, log: str = ""):
         self.log = log
         super().__init__(f"{message}\n{log}" if log else message)
+
+
+class LaunchpadWarning(UserWarning):
+    """Base class of every warning launchpad issues."""
+
+
+class CacheWarning(LaunchpadWarning):
+    """The disk cache could not be used as asked; compiling still works.
+
+    Issued once per directory when the cache directory cannot be created or written, or is not
+    private to the user (owned by someone else, or writable by group or others): binaries are
+    then compiled without being cached. Issued for each corrupt entry (truncated, or its
+    SHA-256 does not match): the entry is deleted and the binary rebuilt.
+    """

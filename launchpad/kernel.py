@@ -10,9 +10,14 @@ device it is launched on and launches it through a function generated for it onc
 from __future__ import annotations
 
 import base64
+import contextlib
 import ctypes
 import functools
+import hashlib
 import json
+import os
+import re
+import secrets
 import threading
 import weakref
 from collections.abc import Callable
@@ -23,34 +28,53 @@ from typing import Any
 import torch
 
 from . import _driver
-from ._launcher import Arg, Context, LaunchPlan, RawStream, build_launch, plain_args
+from ._launcher import Arg, Context, LaunchPlan, RawStream, _kernel_launch_failed, build_launch, plain_args
 from ._layout import (
     BinaryKernel,
     Param,
     apply_signature,
+    arch_runs_on,
+    image_arch,
     kernels_in_image,
     layout_from_signature,
     parse_signature,
     read_image,
 )
-from .errors import ArgumentError, LaunchpadError, OutOfResources
+from .errors import ArgumentError, BinaryError, CudaError, LaunchpadError, NoDeviceError, OutOfResources
 
 __all__ = ["Kernel", "from_image", "load", "load_cubin"]
 
 ARTIFACT_FORMAT = "launchpad.kernel"
-ARTIFACT_VERSION = 1
+#: Version 2 added the ``sha256`` field; version 1 artifacts are refused (save them again).
+ARTIFACT_VERSION = 2
 _DEFAULT_SHARED_LIMIT = 48 * 1024
+
+#: Driver results of loading a module that mean the image itself cannot be used on the device.
+_IMAGE_ERRORS = frozenset({
+    "CUDA_ERROR_INVALID_IMAGE",
+    "CUDA_ERROR_NO_BINARY_FOR_GPU",
+    "CUDA_ERROR_INVALID_PTX",
+    "CUDA_ERROR_UNSUPPORTED_PTX_VERSION",
+    "CUDA_ERROR_INVALID_SOURCE",
+    "CUDA_ERROR_NOT_FOUND",
+    "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
+})  # fmt: skip
 
 
 class _Loader:
     """Per-device module and function handles of one image; unloads them when finalized.
 
-    Kept apart from :class:`Kernel` so that the generated launch functions, which reference it,
-    do not keep the Kernel itself alive.
+    The generated launch functions reference the loader, not the :class:`Kernel`. So the
+    modules stay loaded exactly as long as anything can still launch them (the Kernel, or a
+    ``kernel.launch``, ``kernel[grid, block]`` or ``kernel.bind(...)`` kept on its own), and are
+    unloaded when the last of those goes: they never form a reference cycle (see
+    :func:`~launchpad._launcher.build_launch`), so that happens at once, not at the next
+    garbage collection.
     """
 
-    def __init__(self, image: bytes, name: str, display_name: str, plan: LaunchPlan):
+    def __init__(self, image: bytes, kind: str, name: str, display_name: str, plan: LaunchPlan):
         self.image = image
+        self.kind = kind
         self.name = name
         self.display_name = display_name
         self.plan = plan
@@ -58,6 +82,9 @@ class _Loader:
         self.entries: dict[int, tuple[Any, int, int]] = {}  # shared with the generated launchers
         self.coresident: dict[tuple[int, int, int], int] = {}  # (device, threads, smem) -> max blocks
         self.lock = threading.Lock()
+        # The finalizer holds the modules dict, not the loader, which it must not keep alive.
+        finalizer = weakref.finalize(self, _unload_modules, self.modules)
+        finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
 
     def function(self, device: int) -> Any:
         if device not in self.modules:
@@ -69,9 +96,8 @@ class _Loader:
         with self.lock:
             if device in self.entries:
                 return self.entries[device]
-            torch.cuda.init()  # torch's context is the primary context launchpad shares
             if device not in self.modules:
-                self.modules[device] = _driver.load_function(self.image, self.name, device)
+                self.modules[device] = self._load(device)
             function = self.modules[device][1]
             max_threads = _driver.function_attribute(function, "max_threads_per_block")
             limit = _driver.function_attribute(function, "max_dynamic_shared_size_bytes")
@@ -87,6 +113,39 @@ class _Loader:
                 _driver.allow_non_portable_cluster(function)
             self.entries[device] = (function, max_threads, limit)
             return self.entries[device]
+
+    def _load(self, device: int) -> tuple[Any, Any]:
+        """Load the image into ``device`` after checking that the device can run it.
+
+        Raises :class:`BinaryError` (before any module is loaded) for a cubin or PTX built for
+        an architecture the device cannot run, and for an image the driver refuses; other
+        driver failures are :class:`CudaError`. Every message names the kernel and the device.
+        """
+        what = f"kernel {self.display_name!r}"
+        try:
+            major, minor = _driver.compute_capability(device)
+        except NoDeviceError as exc:
+            raise NoDeviceError(f"{what} cannot be loaded: {exc}") from None
+        except CudaError as exc:
+            raise CudaError(exc.code, exc.name, exc.message, exc.call, context=f"{what}, cuda:{device}") from None
+        here = f"cuda:{device} (sm_{major}{minor}, compute capability {major}.{minor})"
+        arch = image_arch(self.image, self.kind)
+        if arch is not None and not arch_runs_on(arch, self.kind, (major, minor)):
+            raise BinaryError(
+                f"{what} was built for {arch} ({self.kind}), which {here} cannot run; "
+                f"compile it for sm_{major}{minor}"
+            )
+        try:
+            torch.cuda.init()  # torch's context is the primary context launchpad shares
+        except (AssertionError, RuntimeError) as exc:
+            raise NoDeviceError(f"{what} cannot be loaded: torch cannot use CUDA ({exc})") from None
+        try:
+            return _driver.load_function(self.image, self.name, device)
+        except CudaError as exc:
+            if exc.name in _IMAGE_ERRORS:
+                built = f" built for {arch}" if arch else ""
+                raise BinaryError(f"{what}: {here} cannot load its {self.kind}{built}: {exc}") from exc
+            raise CudaError(exc.code, exc.name, exc.message, exc.call, context=f"{what}, loading into {here}") from None
 
     def available_shared(self, device: int, function: Any) -> tuple[int, int, int]:
         optin = _driver.device_attribute(device, "max_shared_memory_per_block_optin")
@@ -156,9 +215,15 @@ class _Loader:
         with self.lock:
             self.entries.clear()
             self.coresident.clear()
-            modules, self.modules = self.modules, {}
-        for device, (module, _) in modules.items():
-            _driver.unload_module(module, device)
+            _unload_modules(self.modules)
+
+
+def _unload_modules(modules: dict[int, tuple[Any, Any]]) -> None:
+    """Unload every module of a loader and empty its dict (in place: the finalizer shares it)."""
+    loaded = list(modules.items())
+    modules.clear()
+    for device, (module, _) in loaded:
+        _driver.unload_module(module, device)
 
 
 class Kernel:
@@ -204,9 +269,7 @@ class Kernel:
         self.plan = plan or LaunchPlan()
         self.metadata = dict(metadata or {})
         self.binary = binary
-        self._loader = _Loader(image, name, self.display_name, self.plan)
-        self._finalizer = weakref.finalize(self, self._loader.unload)
-        self._finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
+        self._loader = _Loader(image, image_kind, name, self.display_name, self.plan)
         self._context = Context(self.display_name, self.params, self.args)
         self._configs: dict[Any, Callable[..., None]] = {}  # kernel[...] launch configurations
         # The instance attribute shadows the documented method below: one call, no extra frame.
@@ -321,7 +384,7 @@ class Kernel:
             base = ctypes.addressof(buf)
             pointers = (ctypes.c_void_p * max(len(self.params), 1))(*[base + p.offset for p in self.params])
             call = (function, *g, *b, shared_mem, stream, ctypes.addressof(pointers) if self.params else 0, 0)
-            cu_launch, failed = _driver.cuLaunchKernel, _driver.launch_failed
+            cu_launch, failed = _driver.cuLaunchKernel, _kernel_launch_failed(self._context)
 
             def bound(*new_args: Any, **named: Any) -> None:
                 if new_args or named:
@@ -337,10 +400,27 @@ class Kernel:
     # --- introspection and resources -------------------------------------------------------------
 
     def _device(self, device: int | None) -> int:
-        return torch.cuda.current_device() if device is None else int(device)
+        if device is not None:
+            return int(device)
+        try:
+            return torch.cuda.current_device()
+        except (AssertionError, RuntimeError) as exc:  # a CPU build of torch, no GPU
+            raise NoDeviceError(f"kernel {self.display_name!r} cannot be loaded: torch cannot use CUDA ({exc})") from None
 
     def load(self, device: int | None = None) -> Kernel:
-        """Load into a device now rather than at its first launch there."""
+        """Load into a device now rather than at its first launch there.
+
+        Raises
+        ------
+        BinaryError
+            The binary was built for an architecture the device cannot run (checked before the
+            driver sees it), or the driver refuses the image; the message names the kernel, the
+            binary's architecture, the device and its compute capability.
+        OutOfResources
+            The kernel's fixed block or shared memory exceeds what the device allows.
+        NoDeviceError
+            There is no GPU (or no CUDA build of torch) to load into.
+        """
         self._loader.entry(self._device(device))
         return self
 
@@ -359,8 +439,12 @@ class Kernel:
         return self._loader.set_shared(self._device(device), nbytes)
 
     def close(self) -> None:
-        """Unload the kernel from every device it was loaded into."""
-        self._finalizer()
+        """Unload the kernel from every device it was loaded into, now.
+
+        Without it, the modules are unloaded when the Kernel and every launch function taken
+        from it are dropped. A launch after ``close`` loads the kernel again.
+        """
+        self._loader.unload()
 
     def __enter__(self) -> Kernel:
         return self
@@ -374,6 +458,7 @@ class Kernel:
     # --- artifacts --------------------------------------------------------------------------------
 
     def to_json(self) -> dict:
+        """The artifact :meth:`save` writes, without its ``sha256`` field."""
         return {
             "format": ARTIFACT_FORMAT,
             "version": ARTIFACT_VERSION,
@@ -388,32 +473,93 @@ class Kernel:
         }
 
     def save(self, path: str | Path) -> Path:
-        """Write a self-contained JSON artifact (binary plus launch description, no pickle)."""
+        """Write a self-contained JSON artifact (binary plus launch description, no pickle).
+
+        The artifact records the SHA-256 of its content, which :func:`load` checks. It is
+        written to a unique temporary file in the same directory and renamed over ``path``, so
+        processes saving to the same path at once each leave a whole artifact, never a mix.
+        """
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_json()))
-        tmp.replace(path)
+        body = json.loads(json.dumps(self.to_json()))  # as load() will read it back
+        text = json.dumps({**body, "sha256": _artifact_digest(body)})
+        # a name no other writer uses; created like any file (0o666 less the umask), unlike mkstemp's 0o600
+        tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(8)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         return path
 
 
-def load(path: str | Path) -> Kernel:
-    """Load an artifact written by :meth:`Kernel.save`; needs neither Triton nor Numba."""
+def _artifact_digest(body: dict) -> str:
+    """SHA-256 of an artifact's content in canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _name_in(text: str) -> str:
+    """`` (kernel 'name')`` from the start of an artifact that does not parse, or ``""``.
+
+    :meth:`Kernel.save` writes the kernel's names first, so a truncated artifact usually has them.
+    """
+    m = re.search(r'"display_name": ("(?:[^"\\]|\\.)*")', text[:4096])
     try:
-        d = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise LaunchpadError(f"cannot read launchpad artifact {str(path)!r}: {exc}") from None
-    if d.get("format") != ARTIFACT_FORMAT or d.get("version") != ARTIFACT_VERSION:
-        raise LaunchpadError(f"{str(path)!r} is not a launchpad kernel artifact (version {ARTIFACT_VERSION})")
-    return Kernel(
-        base64.b64decode(d["image"]),
-        d["image_kind"],
-        d["name"],
-        [Param(**p) for p in d["params"]],
-        args=tuple(Arg.from_json(a) for a in d["args"]),
-        plan=LaunchPlan.from_json(d["plan"]),
-        display_name=d["display_name"],
-        metadata=d.get("metadata", {}),
-    )
+        return f" (kernel {json.loads(m.group(1))!r})" if m else ""
+    except ValueError:
+        return ""
+
+
+def load(path: str | Path) -> Kernel:
+    """Load an artifact written by :meth:`Kernel.save`; needs neither Triton nor Numba.
+
+    Raises
+    ------
+    BinaryError
+        The file is not a launchpad artifact, is of another format version, or is damaged:
+        truncated, or modified after it was written (its SHA-256 does not match). Nothing of
+        it is used then.
+    LaunchpadError
+        The file cannot be read.
+    """
+    where = f"launchpad artifact {str(path)!r}"
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise LaunchpadError(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        d = json.loads(text)
+    except ValueError as exc:
+        raise BinaryError(f"{where}{_name_in(text)} is damaged or truncated: it is not valid JSON ({exc})") from None
+    if not isinstance(d, dict) or d.get("format") != ARTIFACT_FORMAT:
+        raise BinaryError(f"{str(path)!r} is not a launchpad kernel artifact (format {ARTIFACT_FORMAT!r})")
+    kernel = d.get("display_name") or d.get("name")
+    what = f"{where} (kernel {kernel!r})" if isinstance(kernel, str) else where
+    if d.get("version") != ARTIFACT_VERSION:
+        raise BinaryError(
+            f"{what} has format version {d.get('version')!r}, this launchpad reads version {ARTIFACT_VERSION} "
+            "only; save the kernel again with this version"
+        )
+    digest = d.pop("sha256", None)
+    if digest != _artifact_digest(d):
+        raise BinaryError(f"{what} was modified or damaged after it was saved: its SHA-256 does not match its content")
+    try:
+        image = base64.b64decode(d["image"], validate=True)
+        return Kernel(
+            image,
+            d["image_kind"],
+            d["name"],
+            [Param(**p) for p in d["params"]],
+            args=tuple(Arg.from_json(a) for a in d["args"]),
+            plan=LaunchPlan.from_json(d["plan"]),
+            display_name=d["display_name"],
+            metadata=d.get("metadata", {}),
+        )
+    except (KeyError, TypeError, ValueError) as exc:  # consistent but not what save() writes
+        raise BinaryError(f"{what} is not a valid artifact: {type(exc).__name__}: {exc}") from None
 
 
 def load_cubin(
@@ -426,8 +572,20 @@ def load_cubin(
 
     The parameter layout is read from the binary; ``signature`` (Triton type words such as
     ``"*fp32, *fp32, i32"``) adds types and must agree with it in count and sizes.
+
+    Raises
+    ------
+    BinaryError
+        The bytes are not a cubin, fatbin or PTX image, are truncated or damaged where that can
+        be told without a GPU, or hold no kernel ``name``. (Whether the device can run the
+        binary is checked when it is loaded into one, before the driver sees it.)
+    ArgumentError
+        ``signature`` does not agree with the binary.
     """
-    image, kind = read_image(data_or_path)
+    try:
+        image, kind = read_image(data_or_path)
+    except BinaryError as exc:
+        raise BinaryError(f"kernel {name!r}: {exc}") from None
     return from_image(image, kind, name, signature=signature)
 
 
@@ -440,14 +598,24 @@ def from_image(
     display_name: str | None = None,
     metadata: dict | None = None,
 ) -> Kernel:
-    """A :class:`Kernel` for entry ``name`` of an image whose kind is already known."""
-    kernels = kernels_in_image(image, kind)
+    """A :class:`Kernel` for entry ``name`` of an image whose kind is already known.
+
+    Raises
+    ------
+    BinaryError
+        The image is damaged where that can be told without a GPU, or has no kernel ``name``.
+    """
+    label = repr(display_name or name) + (f" (symbol {name})" if display_name and display_name != name else "")
+    try:
+        kernels = kernels_in_image(image, kind)
+    except BinaryError as exc:
+        raise BinaryError(f"kernel {label}: {exc}") from None
     words = parse_signature(signature) if signature is not None else None
     binary = kernels.get(name)
     if binary is None:
-        if kernels or words is None:
+        if kernels or words is None or kind == "cubin":
             known = ", ".join(sorted(kernels)) or "none readable"
-            raise LaunchpadError(f"kernel {name!r} is not in this {kind} (kernels: {known})")
+            raise BinaryError(f"kernel {label} is not in this {kind} (kernels: {known})")
         params = layout_from_signature(words)  # e.g. a compressed fatbin: trust the signature
     else:
         params = list(binary.params)

@@ -36,6 +36,11 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
+def generated_functions(kernel: launchpad.Kernel) -> tuple:
+    """A kernel's generated ``launch``, ``_full`` and ``_prepare``: each has globals of its own."""
+    return kernel.launch, kernel.launch.__globals__["_full"], kernel._prepare
+
+
 @dataclass
 class Launch:
     function: object
@@ -65,7 +70,7 @@ class FakeGPU:
                 raise launchpad.OutOfResources(f"{nbytes} > {optin}")
             return optin
 
-        for fn in (kernel.launch, kernel._prepare):
+        for fn in generated_functions(kernel):
             g = fn.__globals__
             patch.setitem(g, "_get_device", lambda: device)
             patch.setitem(g, "_raw_stream", lambda dev: stream)

@@ -16,11 +16,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import generated_functions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import launchpad as lp
-from launchpad import _cache
 from launchpad._layout import kernels_in_image, read_image
 
 SOURCE = r"""
@@ -146,7 +146,7 @@ def test_signature_must_agree_with_the_binary():
 
 
 def test_unknown_kernel_name_lists_the_kernels(module):
-    with pytest.raises(lp.LaunchpadError, match=r"'nope' is not in this cubin \(kernels: .*all_types"):
+    with pytest.raises(lp.BinaryError, match=r"'nope' is not in this cubin \(kernels: .*all_types"):
         lp.load_cubin(module["all_types"].image, "nope")
 
 
@@ -262,7 +262,7 @@ def test_two_threads_never_share_an_argument_buffer(module, fake_gpu):
         seen.append((threading.get_ident(), fake_gpu.launches[-1].params[3]))
         return result
 
-    for fn in (k.launch, k._prepare):
+    for fn in generated_functions(k):
         fn.__globals__["_cuLaunchKernel"] = slow_launch
     ident_to_value = {}
 
@@ -385,40 +385,6 @@ def test_link_lto_device_function_into_kernel():
     assert "use" in kernels_in_image(k.image, "cubin")
 
 
-def test_cache_hit_miss_and_corruption(monkeypatch, tmp_path):
-    monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path))
-    src = 'extern "C" __global__ void k(int* p) { p[0] = 42; }'
-    first = lp.compile_cuda(src, "k", arch=90)
-    [entry] = _cache.entries()
-    import cuda.core
-
-    def no_compile(*a, **k):
-        raise AssertionError("compiled again instead of using the cache")
-
-    with monkeypatch.context() as m:
-        m.setattr(cuda.core, "Program", no_compile)
-        assert lp.compile_cuda(src, "k", arch=90).image == first.image  # hit
-    lp.compile_cuda(src, "k", arch=90, options=["-lineinfo"])  # other options: a miss, a new entry
-    assert len(_cache.entries()) == 2
-
-    raw = bytearray(entry.read_bytes())
-    raw[-10] ^= 0xFF  # corrupt the binary
-    entry.write_bytes(bytes(raw))
-    assert _cache.get(entry.stem) is None and not entry.exists()  # detected, removed, never loaded
-    assert lp.compile_cuda(src, "k", arch=90).image == first.image  # rebuilt
-    entry.write_bytes(entry.read_bytes()[:50])  # truncated
-    assert lp.compile_cuda(src, "k", arch=90).image == first.image
-    assert _cache.get(entry.stem) is not None
-    assert _cache.clear() == 2 and _cache.entries() == []
-
-
-def test_cache_writes_are_atomic(monkeypatch, tmp_path):
-    monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path))
-    _cache.put("k1", {"a": 1}, b"binary")
-    assert _cache.get("k1") == ({"a": 1}, b"binary")
-    assert [p.name for p in tmp_path.iterdir()] == ["k1.lpc"]  # no temporary file left behind
-
-
 # --- artifacts and imports --------------------------------------------------------------------------
 
 
@@ -428,7 +394,7 @@ def test_saved_artifact_round_trips(module, tmp_path, fake_gpu):
     k2 = lp.load(path)
     assert (k2.image, k2.name, k2.params, k2.args, k2.plan) == (k.image, k.name, k.params, k.args, k.plan)
     assert k2.display_name == "all_types" and k2.metadata["arch"] == "sm_90"
-    with pytest.raises(lp.LaunchpadError, match="not a launchpad kernel artifact"):
+    with pytest.raises(lp.BinaryError, match="not a launchpad kernel artifact"):
         (tmp_path / "other.json").write_text('{"format": "x"}')
         lp.load(tmp_path / "other.json")
 

@@ -604,7 +604,7 @@ def test_unsupported_signatures():
 
     with pytest.raises(lp.LaunchpadError) as e:
         lp.from_numba(k, (types.NPDatetime("s"),), arch=ARCH)
-    assert str(e.value).startswith("argument 'a': launchpad cannot pass Numba type datetime64[s]")
+    assert str(e.value).startswith("kernel 'k', argument 'a': launchpad cannot pass Numba type datetime64[s]")
     with pytest.raises(lp.LaunchpadError) as e:
         lp.from_numba(k, "int32(int32)", arch=ARCH)
     assert str(e.value) == "kernel 'k': a kernel returns nothing, the signature returns int32"
@@ -619,7 +619,7 @@ def test_numba_typing_errors_are_compile_errors():
 
     with pytest.raises(lp.CompileError) as e:
         lp.from_numba(bad, "void(float32[::1])", arch=ARCH)
-    assert str(e.value).startswith("Numba could not compile 'bad'")
+    assert str(e.value).startswith("Numba could not compile kernel 'bad'")
 
 
 def test_generated_converter_source():
