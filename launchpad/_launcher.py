@@ -363,8 +363,7 @@ def _kernel_launch_failed(ctx: Context) -> Callable[..., None]:
         try:
             _driver.launch_failed(err, device, launch, args)
         except CudaError as exc:
-            context = f"kernel {ctx.kernel_name!r} on cuda:{device}"
-            raise CudaError(exc.code, exc.name, exc.message, exc.call, context=context) from None
+            raise exc.within(f"kernel {ctx.kernel_name!r} on cuda:{device}") from None
 
     return launch_failed
 

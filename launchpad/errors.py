@@ -70,6 +70,10 @@ class CudaError(LaunchpadError, RuntimeError):
         text = f"{call} failed: {name} ({int(code)}): {message}"
         super().__init__(f"{context}: {text}" if context else text)
 
+    def within(self, context: str) -> CudaError:
+        """The same driver error, its message prefixed with what launchpad was doing."""
+        return CudaError(self.code, self.name, self.message, self.call, context=context)
+
 
 class NoDeviceError(LaunchpadError, RuntimeError):
     """No CUDA driver or GPU is available; compiling still works, launching does not."""

@@ -127,7 +127,7 @@ class _Loader:
         except NoDeviceError as exc:
             raise NoDeviceError(f"{what} cannot be loaded: {exc}") from None
         except CudaError as exc:
-            raise CudaError(exc.code, exc.name, exc.message, exc.call, context=f"{what}, cuda:{device}") from None
+            raise exc.within(f"{what}, cuda:{device}") from None
         here = f"cuda:{device} (sm_{major}{minor}, compute capability {major}.{minor})"
         arch = image_arch(self.image, self.kind)
         if arch is not None and not arch_runs_on(arch, self.kind, (major, minor)):
@@ -145,7 +145,7 @@ class _Loader:
             if exc.name in _IMAGE_ERRORS:
                 built = f" built for {arch}" if arch else ""
                 raise BinaryError(f"{what}: {here} cannot load its {self.kind}{built}: {exc}") from exc
-            raise CudaError(exc.code, exc.name, exc.message, exc.call, context=f"{what}, loading into {here}") from None
+            raise exc.within(f"{what}, loading into {here}") from None
 
     def available_shared(self, device: int, function: Any) -> tuple[int, int, int]:
         optin = _driver.device_attribute(device, "max_shared_memory_per_block_optin")
@@ -206,10 +206,13 @@ class _Loader:
                     f"kernel {self.display_name!r}: a cooperative launch of {grid[0] * grid[1] * grid[2]} blocks "
                     f"exceeds the {capacity} blocks that can be resident at once on cuda:{device}"
                 )
-        _driver.launch_ex(
-            function, grid, block, shared_mem, stream, params, device,
-            cluster=cluster, cooperative=cooperative, pdl=pdl or plan.pdl, spread=plan.cluster_spread,
-        )  # fmt: skip
+        try:
+            _driver.launch_ex(
+                function, grid, block, shared_mem, stream, params, device,
+                cluster=cluster, cooperative=cooperative, pdl=pdl or plan.pdl, spread=plan.cluster_spread,
+            )  # fmt: skip
+        except CudaError as exc:  # as a plain launch's failure does, name the kernel and device
+            raise exc.within(f"kernel {self.display_name!r} on cuda:{device}") from None
 
     def unload(self) -> None:
         with self.lock:

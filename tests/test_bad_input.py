@@ -1191,6 +1191,19 @@ def test_other_load_failures_stay_cuda_errors_naming_the_kernel(loadable, monkey
     )
 
 
+def test_a_failed_launch_with_attributes_names_the_kernel(loadable, monkeypatch):
+    def refused(*args, **kwargs):
+        raise lp.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuLaunchKernelEx")
+
+    monkeypatch.setattr(_driver, "launch_ex", refused)
+    with pytest.raises(lp.CudaError) as e:
+        loadable._loader.launch_ex("f", 0, (1, 1, 1), (32, 1, 1), 0, 0, 0, None, False, True)
+    assert str(e.value) == (
+        "kernel 'scale' on cuda:0: cuLaunchKernelEx failed: CUDA_ERROR_INVALID_VALUE (1): invalid argument"
+    )
+    assert e.value.name == "CUDA_ERROR_INVALID_VALUE" and e.value.call == "cuLaunchKernelEx"
+
+
 def test_a_binary_the_device_can_run_reaches_the_driver(loadable, monkeypatch):
     loaded = []
     monkeypatch.setattr(_driver, "load_function", lambda image, name, device: loaded.append(device) or ("m", "f"))
