@@ -26,6 +26,7 @@ from .errors import (
     LaunchpadWarning,
     NoDeviceError,
     OutOfResources,
+    UnsupportedVersion,
 )
 from .kernel import Kernel, load, load_cubin
 
@@ -50,6 +51,7 @@ __all__ = [
     "NoDeviceError",
     "OutOfResources",
     "Param",
+    "UnsupportedVersion",
     "cache_dir",
     "compile_cuda",
     "compile_cuda_module",

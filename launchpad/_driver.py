@@ -225,6 +225,29 @@ def set_max_dynamic_shared(function: Any, nbytes: int) -> None:
     check(_cu.cuFuncSetAttribute(function, attr, nbytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
 
 
+#: Triton 3.8's "oversized" shared-memory mode (newer bindings only; absent means unsupported).
+_OVERSIZED_MODE = getattr(getattr(_cu, "CUsharedMemoryMode", None), "CU_SHARED_MEMORY_MODE_ALLOW_OVERSIZED_SHARED_MEMORY", None)
+_SHARED_MODE_ATTR = getattr(_FA, "CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE", None)
+#: Launches above this many bytes of shared memory need the oversized mode as a launch attribute.
+OVERSIZED_LAUNCH_BYTES = 228 * 1024
+
+
+def oversized_shared_limit(device: int) -> int:
+    """The per-block shared memory the oversized mode allows on ``device``; 0 where the bindings or
+    the driver do not know the mode (then the opt-in limit is all there is)."""
+    if _OVERSIZED_MODE is None or _SHARED_MODE_ATTR is None:
+        return 0
+    try:
+        return device_attribute(device, "max_oversized_shared_memory_per_block")
+    except (AttributeError, CudaError):  # an older enum, or a driver that does not know the attribute
+        return 0
+
+
+def set_oversized_shared(function: Any) -> bool:
+    """Put a function in the oversized shared-memory mode (Triton 3.8+); False if the driver refuses."""
+    return _cu.cuFuncSetAttribute(function, _SHARED_MODE_ATTR, int(_OVERSIZED_MODE))[0] == SUCCESS
+
+
 def allow_non_portable_cluster(function: Any) -> None:
     attr = _FA.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED
     check(_cu.cuFuncSetAttribute(function, attr, 1), "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
@@ -285,11 +308,18 @@ def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:
 _config_attrs: dict[tuple, list] = {}
 
 
-def _launch_attributes(cluster: tuple[int, int, int] | None, cooperative: bool, pdl: bool, spread: bool) -> list:
-    key = (cluster, cooperative, pdl, spread)
+def _launch_attributes(
+    cluster: tuple[int, int, int] | None, cooperative: bool, pdl: bool, spread: bool, oversized: bool = False
+) -> list:
+    key = (cluster, cooperative, pdl, spread, oversized)
     attrs = _config_attrs.get(key)
     if attrs is None:
         attrs = []
+        if oversized:
+            a = _cu.CUlaunchAttribute()
+            a.id = _LA.CU_LAUNCH_ATTRIBUTE_SHARED_MEMORY_MODE
+            a.value.sharedMemoryMode = _OVERSIZED_MODE
+            attrs.append(a)
         if cluster is not None:
             a = _cu.CUlaunchAttribute()
             a.id = _LA.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
@@ -329,14 +359,16 @@ def launch_ex(
     cooperative: bool = False,
     pdl: bool = False,
     spread: bool = False,
+    oversized: bool = False,
 ) -> None:
-    """``cuLaunchKernelEx`` with cluster, cooperative and programmatic-serialization attributes."""
+    """``cuLaunchKernelEx`` with cluster, cooperative, programmatic-serialization and (above
+    :data:`OVERSIZED_LAUNCH_BYTES` of shared memory) oversized shared-memory attributes."""
     config = _cu.CUlaunchConfig()
     config.gridDimX, config.gridDimY, config.gridDimZ = grid
     config.blockDimX, config.blockDimY, config.blockDimZ = block
     config.sharedMemBytes = shared_mem
     config.hStream = _cu.CUstream(stream)
-    attrs = _launch_attributes(cluster, cooperative, pdl, spread)
+    attrs = _launch_attributes(cluster, cooperative, pdl, spread, oversized and shared_mem > OVERSIZED_LAUNCH_BYTES)
     config.attrs = attrs
     config.numAttrs = len(attrs)
     result = _cu.cuLaunchKernelEx(config, function, params, 0)

@@ -108,6 +108,7 @@ class LaunchPlan:
     non_portable_cluster: bool = False
     cooperative: bool = False
     pdl: bool = False
+    oversized_shared: bool = False  # Triton 3.8+: ask for the oversized shared-memory mode
 
     def to_json(self) -> dict:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
@@ -368,12 +369,18 @@ def _kernel_launch_failed(ctx: Context) -> Callable[..., None]:
     return launch_failed
 
 
-def scratch(nbytes: int, align: int, device: int, stream: int) -> tuple[Any, int]:
-    """Per-launch scratch from torch's caching allocator, ordered on the launch stream."""
+def scratch(nbytes: int, align: int, device: int, stream: int, zero: bool = False) -> tuple[Any, int]:
+    """Per-launch scratch from torch's caching allocator, ordered on the launch stream.
+
+    ``zero`` fills it with zeros on that stream first (Triton 3.8+'s profile scratch).
+    """
     if nbytes == 0:
         return None, 0
     pad = max(align - 256, 0)  # the caching allocator already aligns to 256 bytes or more
     buf = torch.empty(nbytes + pad, dtype=torch.uint8, device=f"cuda:{device}")
+    if zero:
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream, device=f"cuda:{device}")):
+            buf.zero_()
     if stream != current_raw_stream(device):
         buf.record_stream(torch.cuda.ExternalStream(stream, device=f"cuda:{device}"))
     address = buf.data_ptr()
@@ -559,7 +566,9 @@ def _emit_function(w: _Writer, ctx: Context, plan: LaunchPlan, mode: str, size: 
         "err, = _cuLaunchKernel(" + launch_args + ")",
         f"if err is not _SUCCESS: _launch_failed(err, dev, _cuLaunchKernel, ({launch_args}))",
     ]
-    fixed_attrs = plan.cluster is not None or plan.cooperative or plan.pdl
+    fixed_attrs = plan.cluster is not None or plan.cooperative or plan.pdl or (
+        plan.oversized_shared and plan.shared_mem > _driver.OVERSIZED_LAUNCH_BYTES
+    )
     if fixed_attrs:
         attrs = "None, False, False" if fast else "cluster, cooperative, pdl"
         w.emit(f"_launch_ex(fn, dev, (gx, gy, gz), (bx, by, bz), {shared}, hs, kp, {attrs})")
@@ -581,7 +590,8 @@ def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, values: dict[int, str]
         if size == 0 or prepare:
             values[arg.param] = "0"
         else:
-            w.emit(f"s{k}, v{k} = _scratch(gx * gy * gz * {size}, {align}, dev, hs)")
+            zero = ", True" if arg.options.get("zero") else ""
+            w.emit(f"s{k}, v{k} = _scratch(gx * gy * gz * {size}, {align}, dev, hs{zero})")
             values[arg.param] = f"v{k}"
         return
     src = _value_source(arg)

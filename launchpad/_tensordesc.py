@@ -26,8 +26,16 @@ options (all JSON) are:
 ``meta``
     The kernel's ``tensordesc_meta`` entry (``swizzle``, ``elem_size``, ``elem_type``,
     ``block_size``, ``fp4_padded``) for the TMA form, or None for the pointer form.
-``padding_flag``
-    Whether the pointer form has the NaN-padding flag (Triton 3.5+).
+``flags``
+    The 1-byte flags of the pointer form, in order: ``"padding"`` (NaN padding, Triton 3.5+),
+    ``"round_f32_to_tf32"`` (Triton 3.7+). Artifacts of launchpad 0.1 say ``padding_flag``.
+``fp4_shape_doubled``
+    Whether an fp4-padded TMA descriptor passes its doubled last dimension as the i32 shape
+    (Triton 3.5 and 3.6) or only encodes it doubled.
+``tf32_maps``
+    Whether a ``round_f32_to_tf32`` descriptor is encoded as a TF32 map (Triton 3.7+).
+
+Which Triton version does what is decided in :mod:`launchpad._triton_versions`.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ __all__ = ["TMA_DTYPE_DEVICE_TO_HOST", "converter", "tensordesc"]
 #: places (Triton's ``TMA_DTYPE_DEVICE_TO_HOST``).
 TMA_DTYPE_DEVICE_TO_HOST: dict[int, int] = {**{i: i for i in range(16)}, 8: 10, 9: 8, 10: 9}
 
+_TF32 = 11  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32: Triton's TMA_TF32
 _INTERLEAVE_NONE = 0
 _L2_PROMOTION_128B = 2  # CU_TENSOR_MAP_L2_PROMOTION_L2_128B, what Triton asks for
 _OOB_FILL_NONE = 0
@@ -87,10 +96,13 @@ def _base_address(ctx: Context, arg: Arg, base: Any, device: int, dtype: torch.d
 
 
 def _fields(ctx: Context, arg: Arg, value: Any, rank: int) -> tuple:
-    """``(base, shape, strides, block_shape, padding)`` of a descriptor, shape and strides as int tuples."""
+    """``(base, shape, strides, block_shape, padding)`` of a descriptor, shape and strides as int tuples.
+
+    ``padding`` is ``"zero"`` for descriptors that have none (Triton 3.4's).
+    """
     try:
-        base, shape, strides = value.base, value.shape, value.strides
-        block_shape, padding = value.block_shape, value.padding
+        base, shape, strides, block_shape = value.base, value.shape, value.strides, value.block_shape
+        padding = getattr(value, "padding", "zero")
     except AttributeError:
         raise ctx.error(
             arg, f"expected a TensorDescriptor (base, shape, strides, block_shape, padding), got {_describe(value)}",
@@ -111,19 +123,28 @@ def converter(
     dtype: str = "",
     block: list[int] | None = None,
     meta: dict | None = None,
-    padding_flag: bool = True,
+    flags: list[str] | tuple[str, ...] = ("padding",),
+    fp4_shape_doubled: bool = True,
+    tf32_maps: bool = False,
+    padding_flag: bool | None = None,
 ) -> Callable[[Any, int, Context, Arg], tuple]:
     """The converter of one descriptor argument, its options bound (see the module documentation).
 
     ``convert(value, device, ctx, arg)`` returns the parameter values in order. TMA form:
-    ``(map_bytes, *shape, *strides)``. Pointer form: ``(address, *shape, *strides, nan_padding,
-    *shape, *strides)`` (no flag when ``padding_flag`` is false). It raises
+    ``(map_bytes, *shape, *strides)``. Pointer form: ``(address, *shape, *strides, *flags,
+    *shape, *strides)``. It raises
     :class:`~launchpad.ArgumentError` when the descriptor does not match what the kernel was
     compiled for (rank, element type, block shape) or breaks a TMA requirement, before any
     driver call.
     """
     torch_dtype = _DTYPES.get(dtype)
     block_t = tuple(block) if block is not None else None
+    if padding_flag is not None:  # an artifact of launchpad 0.1
+        flags = ("padding",) if padding_flag else ()
+    flags = tuple(flags)
+    unknown = set(flags) - {"padding", "round_f32_to_tf32"}
+    if unknown:
+        raise ValueError(f"unknown tensor descriptor flags {sorted(unknown)}")
 
     def check_block(ctx: Context, arg: Arg, block_shape: Any) -> None:
         if _ints(ctx, arg, block_shape, "block_shape", rank) != block_t:
@@ -136,9 +157,8 @@ def converter(
             if block_t is not None and tuple(block_shape) != block_t:
                 check_block(ctx, arg, block_shape)
             address = _base_address(ctx, arg, base, device, torch_dtype)
-            if padding_flag:
-                return (address, *shape, *strides, padding == "nan", *shape, *strides)
-            return (address, *shape, *strides, *shape, *strides)
+            values = {"padding": padding == "nan", "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False))}
+            return (address, *shape, *strides, *(values[f] for f in flags), *shape, *strides)
 
         return convert_pointer_form
 
@@ -151,9 +171,11 @@ def converter(
         if block_t is not None and tuple(block_shape) != block_t:
             check_block(ctx, arg, block_shape)
         address = _base_address(ctx, arg, base, device, torch_dtype)
-        if fp4_padded:
-            shape = (*shape[:-1], shape[-1] * 2)
-        key = (address, shape, strides, padding, meta_key)
+        encoded = (*shape[:-1], shape[-1] * 2) if fp4_padded else shape
+        if fp4_shape_doubled:
+            shape = encoded
+        tf32 = tf32_maps and bool(getattr(value, "round_f32_to_tf32", False))
+        key = (address, encoded, strides, padding, tf32, meta_key)
         tmap = _MAP_CACHE.get(key)
         if tmap is None:
             # The checks Triton's TensorDescriptor makes at construction and the driver's
@@ -167,9 +189,9 @@ def converter(
                     raise ctx.error(
                         arg, f"strides {list(strides)} of {elem_size}-byte elements are not multiples of 16 bytes"
                     )
-            if any(d <= 0 for d in shape):
-                raise ctx.error(arg, f"descriptor shape {list(shape)} must be positive")
-            tmap = _encode(ctx, arg, address, shape, strides, padding == "nan", meta)
+            if any(d <= 0 for d in encoded):
+                raise ctx.error(arg, f"descriptor shape {list(encoded)} must be positive")
+            tmap = _encode(ctx, arg, address, encoded, strides, padding == "nan", tf32, meta)
             if len(_MAP_CACHE) >= _MAP_CACHE_SIZE:
                 _MAP_CACHE.clear()
             _MAP_CACHE[key] = tmap
@@ -197,7 +219,9 @@ def tensordesc(value: Any, device: int, ctx: Context, arg: Arg, **options: Any) 
     return converter(**options)(value, device, ctx, arg)
 
 
-def _encode(ctx: Context, arg: Arg, address: int, shape: tuple, strides: tuple, nan: bool, meta: dict) -> bytes:
+def _encode(
+    ctx: Context, arg: Arg, address: int, shape: tuple, strides: tuple, nan: bool, tf32: bool, meta: dict
+) -> bytes:
     """``cuTensorMapEncodeTiled`` as Triton's ``fill_tma_descriptor`` calls it."""
     rank = len(shape)
     elem_size = meta["elem_size"]
@@ -206,7 +230,7 @@ def _encode(ctx: Context, arg: Arg, address: int, shape: tuple, strides: tuple, 
         raise ArgumentError(f"{ctx.where(arg)}: tensordesc metadata has block {box} for a rank-{rank} descriptor")
     # The driver wants the fastest-varying dimension first and byte strides of all but it.
     return _driver.encode_tensor_map_tiled(
-        TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
+        _TF32 if tf32 else TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]],
         rank,
         address,
         list(shape[::-1]),

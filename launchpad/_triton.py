@@ -1,8 +1,9 @@
 """Triton front end: Triton kernels as launchpad :class:`~launchpad.Kernel` objects.
 
 Four ways in, one description out (image, entry name, parameters, argument mapping, launch
-plan), following the calling convention of Triton's own launcher (``make_launcher`` and
-``CudaLauncher`` in ``triton/backends/nvidia/driver.py``, Triton 3.4 to 3.6):
+plan), following the calling convention of Triton's own launcher (``CudaLauncher`` in
+``triton/backends/nvidia/driver.py``) of the release that compiled the kernel, 3.4 to 3.9; what
+differs between releases is decided in :mod:`launchpad._triton_versions`:
 
 - :func:`from_triton` of a ``CompiledKernel`` (what ``jit_fn.warmup`` or ``triton.compile``
   return), or of a ``@triton.jit`` function plus a signature, compiled here (for the current
@@ -35,6 +36,7 @@ from typing import Any
 
 from ._launcher import Arg, LaunchPlan
 from ._layout import POINTER_DTYPES, Param, apply_signature, kernels_in_image
+from ._triton_versions import Convention, check_installed, convention
 from .errors import ArgumentError, BinaryError, CompileError, LaunchpadError
 from .kernel import Kernel
 
@@ -59,16 +61,9 @@ class _Leaf:
         return self.name + "".join(f"[{i}]" for i in self.path[1:])
 
 
-_TENSORDESC = re.compile(r"tensordesc<(\w+)\[([\d,\s]*)\]")
+# "tensordesc<fp16[64, 64]>"; a "?" block dimension is one the TTIR of a pointer-form descriptor does not record
+_TENSORDESC = re.compile(r"tensordesc<(\w+)\[([\d?,\s]*)\]")
 _BOOL_WIDE = {"u1": "u32", "i1": "i32"}  # Triton 3.4 passed bools as 32-bit ints
-
-
-def _version(md: dict) -> tuple[int, int]:
-    """Triton's (major, minor) from the metadata (3.4 when it cannot tell)."""
-    m = re.match(r"(\d+)\.(\d+)", str(md.get("triton_version", "")))
-    if m:
-        return int(m.group(1)), int(m.group(2))
-    return (3, 5) if "profile_scratch_size" in md else (3, 4)
 
 
 def _word(ty: str) -> str:
@@ -105,8 +100,9 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _plan(md: dict) -> LaunchPlan:
+def _plan(md: dict, conv: Convention | None = None) -> LaunchPlan:
     """What every launch of a Triton kernel fixes, from its metadata."""
+    conv = conv or convention(md)
     warp_size = (md.get("target") or {}).get("warp_size") or md.get("warp_size") or 32
     num_ctas = md.get("num_ctas", 1) or 1
     multiplier, cluster = 1, None
@@ -128,6 +124,7 @@ def _plan(md: dict) -> LaunchPlan:
         non_portable_cluster=num_ctas == 16,
         cooperative=bool(md.get("launch_cooperative_grid", False)),
         pdl=bool(md.get("launch_pdl", False)),
+        oversized_shared=conv.oversized_shared,
     )
 
 
@@ -142,13 +139,11 @@ def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str
         symbol = f" (symbol {name})" if name != display_name else ""
         raise BinaryError(f"kernel {display_name!r}{symbol} is not in the cubin")
     cubin = list(binary.params)
-    version = _version(md)
-    scratch = ("global", "profile") if version >= (3, 5) else ("global",)
+    conv = convention(md)
     if leaves is None:
-        return _build_untyped(image, md, binary, cubin, scratch, display_name)
+        return _build_untyped(image, md, binary, cubin, conv, display_name)
 
     descriptors = md.get("tensordesc_meta") or []
-    padding_flag = version >= (3, 5)
     words: list[str] = []
     labels: list[str] = []
     args: list[Arg] = []
@@ -160,8 +155,9 @@ def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str
         m = _TENSORDESC.match(leaf.type)
         if m:
             elem = m.group(1)
-            block = [int(d) for d in m.group(2).split(",") if d.strip()]
-            rank = len(block)
+            dims_text = [d.strip() for d in m.group(2).split(",") if d.strip()]
+            rank = len(dims_text)
+            block = None if "?" in dims_text else [int(d) for d in dims_text]
             meta = descriptors[n_desc] if descriptors else None
             n_desc += 1
             start = len(words)
@@ -171,13 +167,12 @@ def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str
                 words += ["bytes128"] + ["i32"] * rank + ["i64"] * rank
                 labels += [leaf.label, *dims, *strides]
             else:
-                flag = ["u1"] if padding_flag else []
-                words += ["*" + elem] + ["i64"] * (2 * rank) + flag + ["i32"] * rank + ["i64"] * rank
-                labels += [leaf.label, *dims, *strides] + [f"{leaf.label}.padding"] * len(flag) + [*dims, *strides]
+                flags = conv.descriptor_flags
+                words += ["*" + elem] + ["i64"] * (2 * rank) + ["u1"] * len(flags) + ["i32"] * rank + ["i64"] * rank
+                labels += [leaf.label, *dims, *strides] + [f"{leaf.label}.{f}" for f in flags] + [*dims, *strides]
             args.append(Arg(
                 leaf.name, "expand", leaf.path, params=tuple(range(start, len(words))), converter="tensordesc",
-                options={"rank": rank, "dtype": elem if POINTER_DTYPES.get(elem) else "", "block": block,
-                         "meta": _jsonable(meta) if meta else None, "padding_flag": padding_flag},
+                options=_descriptor_options(rank, elem if POINTER_DTYPES.get(elem) else "", block, meta, conv),
             ))  # fmt: skip
             continue
         word = _word(leaf.type)
@@ -189,10 +184,8 @@ def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str
         ))  # fmt: skip
         words.append(word)
         labels.append(leaf.label)
-    for which in scratch:
-        size = int(md.get(f"{which}_scratch_size") or 0)
-        align = int(md.get(f"{which}_scratch_align") or 1)
-        args.append(Arg(f"{which}_scratch", "scratch", (), param=len(words), options={"size": size, "align": align}))
+    for which in conv.scratch:
+        args.append(_scratch_arg(md, which, len(words), conv))
         words.append("*i8")
         labels.append(f"{which}_scratch")
     # Triton 3.4 passed bools as 32-bit ints; the binary says which width this one has.
@@ -202,17 +195,35 @@ def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str
     params = apply_signature(cubin, words, display_name)
     params = [replace(p, name=label) for p, label in zip(params, labels)]
     return Kernel(
-        image, "cubin", name, params, args=tuple(args), plan=_plan(md), display_name=display_name,
+        image, "cubin", name, params, args=tuple(args), plan=_plan(md, conv), display_name=display_name,
         metadata=_metadata(md), binary=binary,
     )  # fmt: skip
 
 
-def _build_untyped(image, md, binary, cubin: list[Param], scratch: tuple, display_name: str) -> Kernel:
+def _descriptor_options(rank: int, dtype: str, block: list[int] | None, meta: Any, conv: Convention) -> dict:
+    """The ``tensordesc`` converter's options for one descriptor argument (see :mod:`launchpad._tensordesc`)."""
+    return {
+        "rank": rank, "dtype": dtype, "block": block, "meta": _jsonable(meta) if meta else None,
+        "flags": list(conv.descriptor_flags), "fp4_shape_doubled": conv.fp4_shape_doubled,
+        "tf32_maps": conv.tf32_maps,
+    }  # fmt: skip
+
+
+def _scratch_arg(md: dict, which: str, param: int, conv: Convention) -> Arg:
+    """The hidden ``global_scratch`` or ``profile_scratch`` pointer: per-launch memory, NULL when unused."""
+    options = {"size": int(md.get(f"{which}_scratch_size") or 0), "align": int(md.get(f"{which}_scratch_align") or 1)}
+    if which == "profile" and conv.zeroed_profile_scratch:
+        options["zero"] = True
+    return Arg(f"{which}_scratch", "scratch", (), param=param, options=options)
+
+
+def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, display_name: str) -> Kernel:
     """A cubin and its metadata only (no TTIR): sizes from the binary, one argument per param.
 
     Tensor descriptors in TMA form are still recognized (a 128-byte parameter with a
     ``tensordesc_meta`` entry) and take a descriptor; everything else takes its raw value.
     """
+    scratch = conv.scratch
     n = len(cubin) - len(scratch)
     if n < 0:
         raise LaunchpadError(f"kernel {md['name']!r}: the cubin has fewer parameters than Triton's hidden ones")
@@ -230,8 +241,7 @@ def _build_untyped(image, md, binary, cubin: list[Param], scratch: tuple, displa
             for j, w in enumerate(words):
                 params.append(typed(cubin[i + j], w, label if j == 0 else f"{label}.{'shape' if j <= rank else 'strides'}"))
             args.append(Arg(label, "expand", (position,), params=tuple(range(i, i + len(words))),
-                            converter="tensordesc",
-                            options={"rank": rank, "dtype": "", "block": None, "meta": meta, "padding_flag": True}))
+                            converter="tensordesc", options=_descriptor_options(rank, "", None, meta, conv)))
             i += len(words)
             n_desc += 1
             continue
@@ -239,11 +249,9 @@ def _build_untyped(image, md, binary, cubin: list[Param], scratch: tuple, displa
         args.append(Arg(f"arg{position}", "param", (position,), param=i))
         i += 1
     for which, p in zip(scratch, cubin[n:]):
-        size = int(md.get(f"{which}_scratch_size") or 0)
-        align = int(md.get(f"{which}_scratch_align") or 1)
         params.append(typed(p, "*i8", f"{which}_scratch"))
-        args.append(Arg(f"{which}_scratch", "scratch", (), param=p.index, options={"size": size, "align": align}))
-    return Kernel(image, "cubin", md["name"], params, args=tuple(args), plan=_plan(md), display_name=display_name,
+        args.append(_scratch_arg(md, which, p.index, conv))
+    return Kernel(image, "cubin", md["name"], params, args=tuple(args), plan=_plan(md, conv), display_name=display_name,
                   metadata=_metadata(md), binary=binary)
 
 
@@ -301,7 +309,7 @@ def _from_compiled(compiled: Any) -> Kernel:
         display = src.fn.__name__
     else:  # compiled from an IR file: the TTIR names the runtime arguments
         ttir = compiled.asm.get("source") or compiled.asm.get("ttir")
-        leaves = _ttir_leaves(ttir, md["name"]) if ttir else None
+        leaves = _ttir_leaves(ttir, md["name"], convention(md)) if ttir else None
         display = md["name"]
     kernel = _build(image, md, leaves, display)
     if src is not None and hasattr(src, "signature"):
@@ -329,14 +337,18 @@ def _target(target: Any) -> Any:
 
 
 def _run_options(jit_fn: Any, kwargs: dict, backend: Any) -> dict:
-    """The compile options ``jit_fn[grid](..., **kwargs)`` would use (see ``JITFunction.run``)."""
+    """The compile options ``jit_fn[grid](..., **kwargs)`` would use (see ``JITFunction.run``):
+    the debug flag, and the compilation knobs Triton adds to every launch's options where this
+    Triton has them (``instrumentation_mode`` from 3.6, ``fpsan_homomorphic_casts`` from 3.9)."""
     from triton import knobs
 
     kwargs = dict(kwargs)
     kwargs["debug"] = kwargs.get("debug", getattr(jit_fn, "debug", None)) or knobs.runtime.debug
-    mode = getattr(getattr(knobs, "compilation", None), "instrumentation_mode", None)
-    if mode is not None and "instrumentation_mode" in backend.parse_options({}).__dict__:
-        kwargs["instrumentation_mode"] = mode  # Triton 3.6 adds it to every launch's options
+    known = backend.parse_options({}).__dict__
+    compilation = getattr(knobs, "compilation", None)
+    for knob in ("instrumentation_mode", "fpsan_homomorphic_casts"):
+        if knob in known and hasattr(compilation, knob):
+            kwargs[knob] = getattr(compilation, knob)
     return kwargs
 
 
@@ -385,6 +397,7 @@ def _compile_jit(
     target: Any,
     options: dict,
 ) -> Any:
+    check_installed()
     import triton
     from triton.compiler import ASTSource, make_backend
 
@@ -487,7 +500,8 @@ def _ttir_type(ty: str, where: str) -> str:
 
     MLIR integers are signless: an unsigned argument (``u32``, ``u64``) reads as ``i32``/``i64``
     here, and a pointer to ints as ``*void`` (its dtype is not checked, which Triton does not
-    either).
+    either). Descriptors read ``!tt.tensordesc<tensor<64x64xf16>>`` up to Triton 3.7 and
+    ``!tt.tensordesc<64x64xf16>`` from 3.8.
     """
     ty = ty.strip()
     m = re.fullmatch(r"!tt\.ptr<([^,>]+)(?:,\s*\d+)?>", ty)
@@ -498,7 +512,7 @@ def _ttir_type(ty: str, where: str) -> str:
         if _INT_TYPE.fullmatch(elem):
             return "*void"
         raise LaunchpadError(f"{where}: unsupported pointer type {ty!r}")
-    m = re.fullmatch(r"!tt\.tensordesc<tensor<([\dx]+)x(\w+)(?:,[^>]*)?>>", ty)
+    m = re.fullmatch(r"!tt\.tensordesc<(?:tensor<)?([\dx]+)x(\w+)(?:,[^>]*)?>?>", ty)
     if m:
         block = [int(d) for d in m.group(1).split("x")]
         elem = _ELEMENT_TYPES.get(m.group(2)) or ("void" if _INT_TYPE.fullmatch(m.group(2)) else m.group(2))
@@ -547,7 +561,8 @@ def _ttir_arguments(ttir: str, name: str) -> list[tuple[str, str, bool]]:
         rest = piece[am.end() :] if am else piece
         cut = min((k for k in (rest.find(" {"), rest.find(" loc(")) if k >= 0), default=len(rest))
         ty, tail = rest[:cut], rest[cut:]
-        lm = re.search(r'loc\("([^"]*)"', tail) or re.search(r"loc\((#loc\d*)\)", tail)
+        # a named argument is loc("x_ptr"(#loc)); Triton 3.4 gives only the file position, loc("f.py":16:0)
+        lm = re.search(r'loc\("([^"]*)"\(', tail) or re.search(r"loc\((#loc\d*)\)", tail)
         loc = lm.group(1) if lm else ""
         loc = aliases.get(loc, loc) if loc.startswith("#") else loc
         dm = re.search(r"tt\.divisibility\s*=\s*(\d+)", tail)
@@ -555,36 +570,114 @@ def _ttir_arguments(ttir: str, name: str) -> list[tuple[str, str, bool]]:
     return out
 
 
-def _ttir_leaves(ttir: str, name: str) -> list[_Leaf]:
+def _ttir_leaves(ttir: str, name: str, conv: Convention) -> list[_Leaf]:
     """The runtime arguments a TTIR function takes, as leaves.
 
-    Constexprs and specialized values are compiled away and absent from the TTIR. Consecutive
-    arguments with the same name are the items of one tuple argument; a tensor descriptor is
-    followed by its shape and strides, which are not separate arguments.
+    Constexprs and specialized values are compiled away and absent from the TTIR. The parts of
+    one Python argument (the items of a tuple, a tensor descriptor's shape and strides) are
+    consecutive and carry the argument's name: all of them the bare name in Triton 3.5 to 3.7,
+    and ``t.0``, ``d.shape.0``, ``d.padding`` ... from 3.8 (see :mod:`launchpad._triton_versions`).
+    Triton 3.4 names none: names then come from the kernel's ``def`` where the source is readable
+    and the count fits, and tuple items read as separate arguments.
     """
     arguments = _ttir_arguments(ttir, name)
-    items: list[tuple[str, str, bool]] = []
-    i = 0
+    if not any(loc for loc, _, _ in arguments):
+        names = _source_parameter_names(ttir, _fold_descriptors(arguments, conv), len(arguments))
+        arguments = [(n, ty, divisible) for n, (_, ty, divisible) in zip(names, arguments)]
+    root_of = (lambda loc: loc.split(".")[0]) if conv.dotted_ttir_names else (lambda loc: loc)
+    groups: list[tuple[str, list[tuple[str, str, bool]]]] = []  # (argument name, its values)
+    for i, (loc, ty, divisible) in _fold_descriptors(arguments, conv):
+        if loc and groups and groups[-1][0] == root_of(loc):
+            groups[-1][1].append((loc, ty, divisible))
+        else:
+            groups.append((root_of(loc) if loc else f"arg{i}", [(loc or f"arg{i}", ty, divisible)]))
+    leaves: list[_Leaf] = []
+    for position, (root, items) in enumerate(groups):
+        single = len(items) == 1 and items[0][0] == root
+        for j, (loc, ty, divisible) in enumerate(items):
+            if single:
+                path: tuple[int, ...] = (position,)
+            elif conv.dotted_ttir_names:
+                path = (position, *(int(k) for k in loc.split(".")[1:]))
+            else:
+                path = (position, j)
+            leaves.append(_Leaf(root, path, ty, divisible=divisible))
+    return leaves
+
+
+def _fold_descriptors(arguments: list[tuple[str, str, bool]], conv: Convention) -> list[tuple[int, tuple[str, str, bool]]]:
+    """``(index, argument)`` of each TTIR argument that is a Python value: a descriptor's shape,
+    strides and flags are folded into it (a pointer-form descriptor's type becomes
+    ``tensordesc<fp16[?, ?]>``)."""
+    out, i = [], 0
     while i < len(arguments):
         loc, ty, divisible = arguments[i]
-        items.append((loc or f"arg{i}", ty, divisible))
         m = _TENSORDESC.match(ty)
-        i += 1
-        if m:  # skip the descriptor's shape (i32) and strides (i64) when the TTIR lists them
+        if m:  # TMA form: the descriptor, then its shape (i32) and strides (i64)
             rank = len([d for d in m.group(2).split(",") if d.strip()])
-            expansion = arguments[i : i + 2 * rank]
-            if [(n, t) for n, t, _ in expansion] == [(loc, "i32")] * rank + [(loc, "i64")] * rank:
-                i += 2 * rank
-    leaves: list[_Leaf] = []
-    position = -1
-    for k, (loc, ty, divisible) in enumerate(items):
-        same = k > 0 and items[k - 1][0] == loc
-        following = k + 1 < len(items) and items[k + 1][0] == loc
-        if not same:
-            position += 1
-        path = (position, sum(1 for it in items[:k] if it[0] == loc)) if same or following else (position,)
-        leaves.append(_Leaf(loc, path, ty, divisible=divisible))
-    return leaves
+            if [t for _, t, _ in arguments[i + 1 : i + 1 + 2 * rank]] == ["i32"] * rank + ["i64"] * rank:
+                out.append((i, (loc, ty, divisible)))
+                i += 1 + 2 * rank
+                continue
+        elif ty.startswith("*") and (rank := _pointer_descriptor_rank(arguments, i, conv)):
+            out.append((i, (loc, f"tensordesc<{ty[1:]}[{', '.join(['?'] * rank)}]>", False)))
+            i += 1 + 4 * rank + len(conv.descriptor_flags)
+            continue
+        out.append((i, (loc, ty, divisible)))
+        i += 1
+    return out
+
+
+def _pointer_descriptor_rank(arguments: list[tuple[str, str, bool]], i: int, conv: Convention) -> int:
+    """The rank of the pointer-form descriptor starting at ``arguments[i]``, or 0 when it is none.
+
+    Its parts: base pointer, rank i64 shape and strides, the flags (u1), rank i32 shape and i64
+    strides. From Triton 3.8 they are named ``d.shape.0``...; in 3.5 to 3.7 they all carry the
+    descriptor's name, and the pattern of types is what tells it from a tuple argument; Triton
+    3.4's unnamed arguments cannot be told apart from separate ones, so none is taken there.
+    """
+    loc = arguments[i][0]
+    if not loc:
+        return 0
+    parts = arguments[i + 1 :]
+    for rank in range(1, 6):
+        expected = ["i64"] * (2 * rank) + ["u1"] * len(conv.descriptor_flags) + ["i32"] * rank + ["i64"] * rank
+        if [t for _, t, _ in parts[: len(expected)]] != expected:
+            continue
+        names = [n for n, _, _ in parts[: len(expected)]]
+        if conv.dotted_ttir_names:
+            if names[0] == f"{loc}.shape.0" and all(n.startswith(f"{loc}.") for n in names):
+                return rank
+        elif all(n == loc for n in names) and (len(parts) == len(expected) or parts[len(expected)][0] != loc):
+            return rank  # the whole argument: a tuple of exactly these types would read the same
+    return 0
+
+
+def _source_parameter_names(ttir: str, values: list[tuple[int, Any]], count: int) -> list[str]:
+    """Names for ``count`` unnamed TTIR arguments (Triton 3.4), from the kernel's ``def``.
+
+    ``values`` are the Python values among them (:func:`_fold_descriptors`). The TTIR's own
+    location (``#loc = loc("file.py":16:0)``) leads to the ``def``; when it is readable and has
+    as many runtime parameters (not annotated ``tl.constexpr``) as there are values, each value's
+    parts take its parameter's name. Otherwise every name is ``""`` (unnamed).
+    """
+    import ast
+
+    names = [""] * count
+    m = re.search(r'^#loc\s*=\s*loc\("([^"]+)":(\d+):\d+\)', ttir, re.M)
+    try:
+        tree = ast.parse(Path(m.group(1)).read_text()) if m else None
+    except (OSError, SyntaxError, ValueError):
+        return names
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == int(m.group(2))), None)
+    if node is None:
+        return names
+    runtime = [a.arg for a in node.args.args if "constexpr" not in ast.unparse(a.annotation or ast.Constant(""))]
+    if len(runtime) == len(values):
+        starts = [i for i, _ in values] + [count]
+        for k, param in enumerate(runtime):
+            names[starts[k] : starts[k + 1]] = [param] * (starts[k + 1] - starts[k])
+    return names
 
 
 def _cache_files(path: Path) -> tuple[Path, dict]:
@@ -636,5 +729,5 @@ def load_triton(path: str | Path) -> Kernel:
         raise LaunchpadError(f"no {cubin.name} next to {str(md_path)!r}")
     image = cubin.read_bytes()
     ttir = next((p for p in (folder / f"{stem}.source", folder / f"{stem}.ttir") if p.exists()), None)
-    leaves = _ttir_leaves(ttir.read_text(), md["name"]) if ttir is not None else None
+    leaves = _ttir_leaves(ttir.read_text(), md["name"], convention(md)) if ttir is not None else None
     return _build(image, md, leaves, md["name"])

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from ._triton import _from_compiled, _run_options, _target
+from ._triton_versions import check_installed
 from .errors import ArgumentError
 from .kernel import Kernel
 
@@ -95,6 +96,7 @@ class TritonLauncher:
     """
 
     def __init__(self, jit_fn: Any, target: Any = None):
+        check_installed()
         if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "params") or not hasattr(jit_fn, "signature"):
             raise ArgumentError(
                 f"triton_launcher needs a @triton.jit function, got {type(jit_fn).__name__} "

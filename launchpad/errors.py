@@ -16,6 +16,8 @@ class                    raised when
 ``CompileError``         NVRTC, nvJitLink, Triton or Numba refused the code
 ``CudaError``            a CUDA driver call failed
 ``NoDeviceError``        there is no CUDA driver, GPU or CUDA build of torch to launch on
+``UnsupportedVersion``   a front end's framework (or the one that compiled a kernel) is a version
+                         launchpad does not know the calling convention of
 ``CacheWarning``         the disk cache is unusable (compiles go on uncached) or an entry was
                          corrupt (it is deleted and rebuilt)
 =======================  ===================================================================
@@ -34,6 +36,7 @@ __all__ = [
     "LaunchpadWarning",
     "NoDeviceError",
     "OutOfResources",
+    "UnsupportedVersion",
 ]
 
 
@@ -77,6 +80,15 @@ class CudaError(LaunchpadError, RuntimeError):
 
 class NoDeviceError(LaunchpadError, RuntimeError):
     """No CUDA driver or GPU is available; compiling still works, launching does not."""
+
+
+class UnsupportedVersion(LaunchpadError, RuntimeError):
+    """A framework version whose calling convention launchpad does not know.
+
+    Raised when a front end is used with an installed Triton or numba-cuda outside the supported
+    range, or when a kernel compiled by such a version is loaded: launchpad refuses rather than
+    launch with a convention it has not checked.
+    """
 
 
 class ArgumentError(LaunchpadError, ValueError):

@@ -153,6 +153,10 @@ class _Loader:
         return optin - static, optin, static
 
     def _raise_shared(self, device: int, function: Any, nbytes: int) -> int:
+        if self.plan.oversized_shared:  # Triton 3.8+: the oversized mode first, where the driver has it
+            limit = _driver.oversized_shared_limit(device) - _driver.function_attribute(function, "shared_size_bytes")
+            if nbytes <= limit and _driver.set_oversized_shared(function):
+                return limit
         available, optin, static = self.available_shared(device, function)
         if nbytes > available:
             raise OutOfResources(
@@ -210,6 +214,7 @@ class _Loader:
             _driver.launch_ex(
                 function, grid, block, shared_mem, stream, params, device,
                 cluster=cluster, cooperative=cooperative, pdl=pdl or plan.pdl, spread=plan.cluster_spread,
+                oversized=plan.oversized_shared,
             )  # fmt: skip
         except CudaError as exc:  # as a plain launch's failure does, name the kernel and device
             raise exc.within(f"kernel {self.display_name!r} on cuda:{device}") from None

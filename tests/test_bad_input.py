@@ -1025,7 +1025,9 @@ def fake_driver(env: Env, fake_gpu: Any, monkeypatch: pytest.MonkeyPatch, device
         for fn in generated_functions(k):  # the real checks, not fake_gpu's stand-ins
             monkeypatch.setitem(fn.__globals__, "_raise_shared", k._loader.raise_shared)
             monkeypatch.setitem(fn.__globals__, "_launch_ex", k._loader.launch_ex)
-    device_attrs = {"max_shared_memory_per_block_optin": 227 * 1024, "multiprocessor_count": 132}
+    # an H100's driver 580 knows no oversized shared-memory mode: 0
+    device_attrs = {"max_shared_memory_per_block_optin": 227 * 1024, "multiprocessor_count": 132,
+                    "max_oversized_shared_memory_per_block": 0}
     monkeypatch.setattr(_driver, "device_attribute", lambda device, name: device_attrs[name])
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: {"shared_size_bytes": 0}[name])
     monkeypatch.setattr(_driver, "set_max_dynamic_shared", _reached_the_driver)

@@ -436,6 +436,7 @@ def test_generated_triton_sweep_kernel_compiles(tmp_path, monkeypatch):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
+    from triton_abi import SCRATCH_WORDS
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     path = tmp_path / "lp_bench_sweep_test4.py"
@@ -445,8 +446,8 @@ def test_generated_triton_sweep_kernel_compiles(tmp_path, monkeypatch):
     spec.loader.exec_module(module)
     signature = {**{f"p{j}": "*fp32" for j in range(4)}, "n": "i32", "BLOCK": "constexpr"}
     compiled = triton.compile(ASTSource(module.ptrs4, signature, {"BLOCK": 128}), target=GPUTarget("cuda", 90, 32))
-    # the 4 pointers and n, then Triton's two scratch pointers
-    assert [p.size for p in launchpad.load_cubin(compiled.asm["cubin"], compiled.metadata.name).params] == [8] * 4 + [4, 8, 8]
+    # the 4 pointers and n, then Triton's scratch pointers
+    assert [p.size for p in launchpad.load_cubin(compiled.asm["cubin"], compiled.metadata.name).params] == [8] * 4 + [4] + [8] * len(SCRATCH_WORDS)
 
 
 def test_user_args_follow_the_kernels_argument_list():

@@ -381,6 +381,8 @@ def test_argument_errors_come_from_the_launch(cpp, fake_gpu):
 
 
 def test_triton_constexpr_filled_and_scratch_null(tk, fake_gpu):
+    from triton_abi import NULL_SCRATCH
+
     k = fake_gpu.install(tk["strided"])
     op = on_cpu(lp.torch_op(unique("strided"), k, grid=lambda x, out, n, so, alpha: (n + 127) // 128,
                             mutates=("out_ptr",)))  # fmt: skip
@@ -388,7 +390,7 @@ def test_triton_constexpr_filled_and_scratch_null(tk, fake_gpu):
     op(x, out, 200, 2, 0.5)
     launch = fake_gpu.last
     assert (launch.grid, launch.block) == ((2, 1, 1), k.plan.block)
-    assert launch.params == [q(x.data_ptr()), q(out.data_ptr()), i32(200), i32(2), f32(0.5), q(0), q(0)]
+    assert launch.params == [q(x.data_ptr()), q(out.data_ptr()), i32(200), i32(2), f32(0.5), *NULL_SCRATCH]
 
 
 def test_numba_arrays_expand(nk, fake_gpu):

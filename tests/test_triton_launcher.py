@@ -20,6 +20,7 @@ triton = pytest.importorskip("triton")
 import triton_kernels as K  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
+from triton_abi import NULL_SCRATCH  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 
@@ -82,7 +83,7 @@ def test_dispatch_specializes_like_triton(env):
     (first,) = launcher.kernels.values()
     assert env.ran(first)
     assert env.fake.last.params == [struct.pack("<Q", t.data_ptr()) for t in (x, y, out)] + [
-        struct.pack("<i", 4096), bytes(8), bytes(8)]  # fmt: skip
+        struct.pack("<i", 4096), *NULL_SCRATCH]  # fmt: skip
     assert spec(first) == [
         ("x_ptr", "param", "*fp32", 16, 0, None), ("y_ptr", "param", "*fp32", 16, 0, None),
         ("out_ptr", "param", "*fp32", 16, 0, None), ("n", "param", "i32", 0, 16, None),
