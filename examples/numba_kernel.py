@@ -63,7 +63,7 @@ def main() -> None:
         print(kernel, "cooperative" if kernel.plan.cooperative else "")
         for arg in kernel.args:
             print(f"  {arg.name}: {arg.kind} -> params {arg.params or arg.param} {arg.options or ''}")
-        print(kernel.launch.__source__)
+        print("launch path:", kernel.launch_path)
         print("no GPU: compiled only")
         return
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from . import _cache, _driver
+from ._spec import KernelSpec
 from .errors import BinaryError, CompileError
-from .kernel import Kernel, from_image
+from .kernel import Kernel, spec_from_image
 
 __all__ = ["compile_cuda", "compile_cuda_module", "compile_cuda_object", "link", "resolve_arch"]
 
@@ -57,12 +58,7 @@ def _nvrtc_version() -> str:
                 return found[-1].name
     except ImportError:
         pass
-    try:
-        from cuda.bindings import nvrtc  # a system toolkit's NVRTC: ask the library
-
-        return "nvrtc " + ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
-    except Exception:
-        return "unknown"
+    return _driver.nvrtc_version()  # a system toolkit's NVRTC: ask the library
 
 
 @functools.cache
@@ -176,10 +172,10 @@ def compile_cuda_module(
     cubin, symbols = _compile(source, names, "cubin", arch, std, defines, include_dirs, options)
     signatures = signatures or {}
     return {
-        name: from_image(
+        name: Kernel(spec_from_image(
             cubin, "cubin", symbols[name], signature=signatures.get(name), display_name=name,
             metadata={"frontend": "cpp", "arch": arch},
-        )
+        ))
         for name in names
     }  # fmt: skip
 
@@ -242,6 +238,19 @@ def link(
 ) -> Kernel:
     """Link objects (LTO-IR, PTX, cubins, fatbins: ObjectCode, bytes or paths) with nvJitLink
     into a cubin, and return its kernel ``name`` (the entry symbol)."""
+    return Kernel(link_spec(objects, name, arch=arch, signature=signature, display_name=display_name, lto=lto))
+
+
+def link_spec(
+    objects: Iterable[Any],
+    name: str,
+    *,
+    arch: str | int | None = None,
+    signature: str | Sequence[str] | None = None,
+    display_name: str | None = None,
+    lto: bool | None = None,
+) -> KernelSpec:
+    """:func:`link`'s spec (what the Numba front end builds on)."""
     from cuda.core import Linker, LinkerOptions
 
     arch = resolve_arch(arch)
@@ -259,6 +268,6 @@ def link(
         except Exception as exc:
             raise CompileError(f"nvJitLink could not link {what}", str(exc)) from None
         _cache.put(key, {"arch": arch}, cubin, what)
-    return from_image(
+    return spec_from_image(
         cubin, "cubin", name, signature=signature, display_name=display_name, metadata={"frontend": "link", "arch": arch}
     )

@@ -1,4 +1,4 @@
-"""The one module that talks to the CUDA driver (``cuda.bindings.driver``).
+"""The one module that talks to the CUDA driver (``cuda.bindings.driver``) and asks NVRTC its version.
 
 Every call's result is checked by :func:`check`, which raises :class:`CudaError` with the
 CUresult's name, the driver's message and the call that failed. The launch hot path uses
@@ -164,6 +164,16 @@ def device_context(device: int) -> Iterator[None]:
         check(_cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
 
 
+def nvrtc_version() -> str:
+    """``"nvrtc 13.0"``: the version of the NVRTC library cuda.bindings loads, or ``"unknown"``."""
+    try:
+        from cuda.bindings import nvrtc
+
+        return "nvrtc " + ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
+    except Exception:
+        return "unknown"
+
+
 # --- modules and functions ----------------------------------------------------------------------
 
 
@@ -278,6 +288,39 @@ def pointer_device(address: int) -> int | None:
 
 
 # --- launching ----------------------------------------------------------------------------------
+
+_entry_points: tuple[int, int] | None = None
+
+
+def launch_entry_points() -> tuple[int, int]:
+    """The addresses of ``cuLaunchKernel`` and ``cuLaunchKernelEx`` (``cuGetProcAddress``), which the
+    compiled executor calls directly: it needs no CUDA headers or libraries to be built."""
+    global _entry_points
+    if _entry_points is None:
+        init()
+        flags = _cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+        found = []
+        for name in ("cuLaunchKernel", "cuLaunchKernelEx"):
+            address = check(_cu.cuGetProcAddress(name.encode(), 12000, flags), f"cuGetProcAddress({name!r})")
+            address = address[0] if isinstance(address, tuple) else address  # (pfn, symbolStatus)
+            if not address:
+                raise CudaError(int(CUresult.CUDA_ERROR_NOT_FOUND), *error_text(CUresult.CUDA_ERROR_NOT_FOUND),
+                                f"cuGetProcAddress({name!r})")  # fmt: skip
+            found.append(int(address))
+        _entry_points = (found[0], found[1])
+    return _entry_points
+
+
+def stream_wait(stream: int, producer: int) -> None:
+    """Make ``stream`` wait for the work queued so far on ``producer`` (an event, no host sync)."""
+    flags = _cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+    event = check(_cu.cuEventCreate(flags), "cuEventCreate")
+    try:
+        check(_cu.cuEventRecord(event, _cu.CUstream(producer)), "cuEventRecord")
+        check(_cu.cuStreamWaitEvent(_cu.CUstream(stream), event, 0), "cuStreamWaitEvent")
+    finally:
+        _cu.cuEventDestroy(event)  # released by the driver once the wait is resolved
+
 
 
 def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _cpp, _numba_args  # noqa: F401  (_numba_args registers the converters the kernels use)
-from ._launcher import Arg, LaunchPlan
+from ._spec import Arg, LaunchPlan
 from .errors import CompileError, LaunchpadError
 from .kernel import Kernel
 
@@ -95,24 +95,37 @@ def from_numba(
         return _from_numba(fn, signature, arch, lto, link)
 
 
+_alias_lock = threading.Lock()
+_alias_users = 0  # compiles (in any thread) that need the alias lent now
+
+
 @contextlib.contextmanager
 def _numpy_row_stack_alias() -> Iterator[None]:
     """Lend NumPy 2.5+ the ``np.row_stack`` alias while Numba compiles.
 
     numba-cuda 0.30 registers an overload of ``np.row_stack`` when its array module is first
     imported; NumPy 2.5 removed that alias (it was ``np.vstack``), so the import, and with it
-    every compile, fails. The alias is taken back afterwards.
+    every compile, fails. The alias is taken back when the last compile that lent it is done:
+    threads compiling at once share one loan (counted under a lock) rather than one taking it
+    away from under another.
     """
     import numpy as np
 
-    if hasattr(np, "row_stack"):
-        yield
-        return
-    np.row_stack = np.vstack
+    global _alias_users
+    with _alias_lock:
+        lend = _alias_users > 0 or not hasattr(np, "row_stack")
+        if lend:
+            if _alias_users == 0:
+                np.row_stack = np.vstack
+            _alias_users += 1
     try:
         yield
     finally:
-        del np.row_stack
+        if lend:
+            with _alias_lock:
+                _alias_users -= 1
+                if _alias_users == 0:
+                    del np.row_stack
 
 
 def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any]) -> Kernel:
@@ -139,16 +152,11 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
         objects.append(_cudadevrt())
     # LTO when Numba's code is LTO-IR; otherwise link decides from the objects given
     lto_link = True if compiled.output == "ltoir" else None
-    linked = _cpp.link(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
-    params = [replace(p, name=param_names[p.index]) for p in linked.params]
-    kernel = Kernel(
-        linked.image,
-        linked.image_kind,
-        linked.name,
-        params,
+    linked = _cpp.link_spec(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
+    kernel = Kernel(linked.replace(
+        params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),
         args=tuple(args),
         plan=LaunchPlan(cooperative=compiled.cooperative),
-        display_name=name,
         metadata={
             "frontend": "numba",
             "arch": arch,
@@ -156,8 +164,7 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
             "cooperative": compiled.cooperative,
             "lto": compiled.output == "ltoir",
         },
-        binary=linked.binary,
-    )
+    ))
     # device arrays a kernel captured from globals: their addresses are baked into the code
     kernel._numba_keepalive = compiled.keepalive  # type: ignore[attr-defined]
     return kernel

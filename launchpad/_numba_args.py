@@ -9,11 +9,11 @@ with ``__cuda_array_interface__``, and refuse what the compiled code cannot hand
 This module must not import Numba: a saved Numba kernel (:func:`launchpad.load`) launches
 without it. It registers ``CONVERTERS["numba_array"]`` and ``CONVERTERS["numba_complex"]``.
 
-Speed: the array converter runs once per array per launch, so for each array type (``ndim``,
-dtype, layout) a function is generated once whose torch path is straight-line code: a class,
-dtype and device check, ``shape``/``stride()`` unpacked into locals, the layout promise checked
-with integer comparisons and one tuple built. Anything else (another array kind, or any
-refusal) goes to :func:`_convert_slow`, which also writes the error messages.
+For each array type (``ndim``, dtype, layout) one converter is made once; its torch path is
+straight-line: a class, dtype and device check, ``shape``/``stride()``, the layout promise checked
+with integer comparisons, one tuple built. (The compiled executor reads torch tensors itself and
+calls these only for other arrays.) Anything else goes to :func:`_convert_slow`, which also words
+the errors.
 """
 
 from __future__ import annotations
@@ -24,95 +24,72 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._launcher import CONVERTERS, Arg, Context, _describe, pointer_of
+from ._checks import CONVERTERS, Context, pointer_of
+from ._checks import describe as _describe
+from ._spec import Arg
 from .errors import ArgumentTypeError
 
 __all__ = ["array_converter", "convert_array", "convert_complex"]
 
 _LAYOUT_WORDS = {"C": "C-contiguous", "F": "Fortran-contiguous (column-major)", "A": "strided"}
 
-# (ndim, dtype, layout, itemsize) -> generated converter
-_SPECIALIZED: dict[tuple[int, str, str, int], Callable[[Any, int, Context, Arg], tuple]] = {}
+# (ndim, dtype, layout, itemsize) -> converter
+_SPECIALIZED: dict[tuple[int, str, str, int], Callable[..., tuple]] = {}
 
 
-def _contiguous_expr(ndim: int, layout: str, shape: list[str], strides: list[str]) -> str:
-    """A Python expression, true when the strides (in elements) keep a C or F layout promise.
-
-    Same rule as torch's ``is_contiguous``: a dimension of extent 1 may have any stride (Numba's
-    C and F code indexes from the shape alone), and an empty array is contiguous.
+def _keeps_layout(shape: tuple[int, ...], strides: tuple[int, ...], unit: int, layout: str) -> bool:
+    """Whether ``strides`` (in ``unit``s: 1 for elements, the itemsize for bytes) keep a C or F
+    layout promise. Same rule as torch's ``is_contiguous``: a dimension of extent 1 may have any
+    stride (Numba's C and F code indexes from the shape alone), and an empty array is contiguous.
     """
-    order = range(ndim - 1, -1, -1) if layout == "C" else range(ndim)
-    terms, extent = [], []
+    order = range(len(shape) - 1, -1, -1) if layout == "C" else range(len(shape))
+    expected = unit
     for d in order:
-        expected = " * ".join(extent) or "1"
-        terms.append(f"({shape[d]} == 1 or {strides[d]} == {expected})")
-        extent.append(shape[d])
-    return "n == 0 or (" + " and ".join(terms) + ")"
+        if shape[d] != 1 and strides[d] != expected:
+            return False
+        expected *= shape[d]
+    return True
 
 
 def array_converter(ndim: int, dtype: str, layout: str, itemsize: int, **_: Any) -> Callable[..., tuple]:
-    """The converter of one array type, generated on first use and cached.
+    """The converter of one array type, made on first use and cached.
 
-    The returned ``convert(value, device, ctx, arg)`` gives the ``5 + 2 * ndim`` parameter
-    values of one array argument, or raises :class:`ArgumentError` naming the argument.
+    The returned ``convert(value, device, stream, ctx, arg)`` gives the ``5 + 2 * ndim``
+    parameter values of one array argument, or raises :class:`ArgumentError` naming it.
     """
     key = (ndim, dtype, layout, itemsize)
     fn = _SPECIALIZED.get(key)
     if fn is not None:
         return fn
-    shape = [f"s{d}" for d in range(ndim)]
-    strides = [f"t{d}" for d in range(ndim)]
-    lines = [
-        "def convert(value, device, ctx, arg):",
-        "    if value.__class__ is _Tensor and value.dtype is _dtype and value.get_device() == device:",
-    ]
-    if ndim == 0:
-        lines += [
-            "        if value.dim() == 0:",
-            f"            return (0, 0, 1, {itemsize}, value.data_ptr())",
-        ]
-    else:
-        # unpacking checks ndim for free: a wrong-length tuple raises ValueError
-        lines += [
-            "        try:",
-            f"            {', '.join(shape)}, = value.shape",
-            "        except ValueError:",
-            "            return _slow(value, device, ctx, arg)",
-            f"        {', '.join(strides)}, = value.stride()",
-            f"        n = {' * '.join(shape)}",
-        ]
-        result = f"(0, 0, n, {itemsize}, value.data_ptr(), {', '.join(shape)}, " + ", ".join(
-            f"{t} * {itemsize}" for t in strides
-        )
-        if layout == "A":
-            lines.append(f"        return {result})")
-        else:
-            lines += [f"        if {_contiguous_expr(ndim, layout, shape, strides)}:", f"            return {result})"]
-    lines.append("    return _slow(value, device, ctx, arg)")
-    spec = dict(ndim=ndim, dtype=dtype, layout=layout, itemsize=itemsize)
-    namespace: dict[str, Any] = {
-        "_Tensor": torch.Tensor,
-        "_dtype": getattr(torch, dtype, None),  # None (no torch dtype): every tensor takes the slow path
-        "_slow": lambda value, device, ctx, arg: _convert_slow(value, device, ctx, arg, **spec),
-    }
-    source = "\n".join(lines) + "\n"
-    exec(compile(source, f"<launchpad numba array {ndim}d {dtype} {layout}>", "exec"), namespace)
-    fn = namespace["convert"]
-    fn.__source__ = source
-    _SPECIALIZED[key] = fn
-    return fn
+    torch_dtype = getattr(torch, dtype, None)  # None (no torch dtype): every tensor takes the slow path
+    tensor = torch.Tensor
+
+    def convert(value: Any, device: int, stream: int, ctx: Context, arg: Arg) -> tuple:
+        if value.__class__ is tensor and value.dtype is torch_dtype and value.get_device() == device:
+            shape = tuple(value.shape)
+            if len(shape) == ndim:
+                strides = value.stride()
+                n = 1
+                for s in shape:
+                    n *= s
+                if layout == "A" or n == 0 or _keeps_layout(shape, strides, 1, layout):
+                    return (0, 0, n, itemsize, value.data_ptr(), *shape, *(s * itemsize for s in strides))
+        return _convert_slow(value, device, stream, ctx, arg, ndim=ndim, dtype=dtype, layout=layout, itemsize=itemsize)
+
+    _SPECIALIZED[key] = convert
+    return convert
 
 
-def convert_array(value: Any, device: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+def convert_array(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
     """``CONVERTERS["numba_array"]``: the parameter values of one Numba array argument.
 
     ``options``: ``ndim``, ``dtype`` (a numpy dtype name), ``layout`` (``"C"``, ``"F"`` or
     ``"A"``), ``itemsize`` and ``type`` (Numba's name of the type, for messages).
     """
-    return array_converter(**options)(value, device, ctx, arg)
+    return array_converter(**options)(value, device, stream, ctx, arg)
 
 
-# Generated launch functions call the specialized converter directly (no keyword unpacking).
+# Launch executors call the converter made for the options directly (no keyword unpacking).
 convert_array.specialize = array_converter  # type: ignore[attr-defined]
 
 
@@ -123,7 +100,7 @@ def _strides_text(strides: tuple[int, ...], itemsize: int) -> str:
 
 
 def _convert_slow(
-    value: Any, device: int, ctx: Context, arg: Arg, *, ndim: int, dtype: str, layout: str, itemsize: int
+    value: Any, device: int, stream: int, ctx: Context, arg: Arg, *, ndim: int, dtype: str, layout: str, itemsize: int
 ) -> tuple:
     """Every array argument the generated fast path did not take; raises for bad ones.
 
@@ -132,7 +109,7 @@ def _convert_slow(
     """
     is_tensor = isinstance(value, torch.Tensor)
     if is_tensor:
-        address = pointer_of(ctx, arg, value, device, None)  # the device checks every pointer gets
+        address = pointer_of(ctx, arg, value, device, stream, None)  # the device checks every pointer gets
         if getattr(torch, dtype, None) is not value.dtype:
             raise _wrong_dtype(ctx, arg, value)
         shape = tuple(value.shape)
@@ -158,7 +135,7 @@ def _convert_slow(
     if len(shape) != ndim:
         raise ctx.error(arg, f"expected a {ndim}-d array ({_typename(arg)}), got {_what(value)} of shape {shape}")
     if not is_tensor:
-        address = pointer_of(ctx, arg, value, device, None)  # device memory, and on the launch device
+        address = pointer_of(ctx, arg, value, device, stream, None)  # device memory, and on the launch device (and its stream)
     nitems = 1
     for s in shape:
         nitems *= s
@@ -213,18 +190,7 @@ def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
     return tuple(reversed(out))
 
 
-def _keeps_layout(shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int, layout: str) -> bool:
-    """Whether byte ``strides`` are C (or F) contiguous, ignoring dimensions of extent 1."""
-    order = range(len(shape) - 1, -1, -1) if layout == "C" else range(len(shape))
-    expected = itemsize
-    for d in order:
-        if shape[d] != 1 and strides[d] != expected:
-            return False
-        expected *= shape[d]
-    return True
-
-
-def convert_complex(value: Any, device: int, ctx: Context, arg: Arg, **_: Any) -> tuple:
+def convert_complex(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **_: Any) -> tuple:
     """``CONVERTERS["numba_complex"]``: a complex scalar as its two parameters, real and imaginary."""
     try:
         return (value.real, value.imag)  # Python and numpy complex, float and int all have both
@@ -232,5 +198,6 @@ def convert_complex(value: Any, device: int, ctx: Context, arg: Arg, **_: Any) -
         raise ctx.error(arg, f"expected a complex number, got {_describe(value)}", ArgumentTypeError) from None
 
 
+convert_complex.specialize = lambda **options: convert_complex  # type: ignore[attr-defined]
 CONVERTERS["numba_array"] = convert_array
 CONVERTERS["numba_complex"] = convert_complex

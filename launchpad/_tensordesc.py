@@ -40,14 +40,16 @@ Which Triton version does what is decided in :mod:`launchpad._triton_versions`.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from . import _driver
-from ._launcher import CONVERTERS, Arg, Context, pointer_of
-from ._layout import POINTER_DTYPES
+from ._checks import CONVERTERS, Context, pointer_of
+from ._spec import Arg
+from ._types import POINTER_DTYPES
 from .errors import ArgumentError, ArgumentTypeError
 
 __all__ = ["TMA_DTYPE_DEVICE_TO_HOST", "converter", "tensordesc"]
@@ -67,6 +69,7 @@ _OOB_FILL_NAN = 1  # CU_TENSOR_MAP_FLOAT_OOB_FILL_NAN_REQUEST_ZERO_FMA
 # reuses it. Bounded: cleared when full.
 _MAP_CACHE: dict[tuple, bytes] = {}
 _MAP_CACHE_SIZE = 1024
+_MAP_CACHE_LOCK = threading.Lock()  # lookups need none; filling and emptying take it
 
 _DTYPES: dict[str, torch.dtype | None] = {
     word: getattr(torch, name, None) if name else None for word, name in POINTER_DTYPES.items()
@@ -88,11 +91,11 @@ def _ints(ctx: Context, arg: Arg, value: Any, what: str, rank: int) -> tuple[int
     return out
 
 
-def _base_address(ctx: Context, arg: Arg, base: Any, device: int, dtype: torch.dtype | None) -> int:
+def _base_address(ctx: Context, arg: Arg, base: Any, device: int, stream: int, dtype: torch.dtype | None) -> int:
     """The base tensor's address, with the same checks as a pointer parameter."""
     if base.__class__ is torch.Tensor and base.get_device() == device and (dtype is None or base.dtype is dtype):
         return base.data_ptr()
-    return pointer_of(ctx, arg, base, device, dtype)  # the slow path raises the precise error
+    return pointer_of(ctx, arg, base, device, stream, dtype)  # the slow path raises the precise error
 
 
 def _fields(ctx: Context, arg: Arg, value: Any, rank: int) -> tuple:
@@ -127,10 +130,10 @@ def converter(
     fp4_shape_doubled: bool = True,
     tf32_maps: bool = False,
     padding_flag: bool | None = None,
-) -> Callable[[Any, int, Context, Arg], tuple]:
+) -> Callable[[Any, int, int, Context, Arg], tuple]:
     """The converter of one descriptor argument, its options bound (see the module documentation).
 
-    ``convert(value, device, ctx, arg)`` returns the parameter values in order. TMA form:
+    ``convert(value, device, stream, ctx, arg)`` returns the parameter values in order. TMA form:
     ``(map_bytes, *shape, *strides)``. Pointer form: ``(address, *shape, *strides, *flags,
     *shape, *strides)``. It raises
     :class:`~launchpad.ArgumentError` when the descriptor does not match what the kernel was
@@ -152,11 +155,11 @@ def converter(
 
     if meta is None:
 
-        def convert_pointer_form(value: Any, device: int, ctx: Context, arg: Arg) -> tuple:
+        def convert_pointer_form(value: Any, device: int, stream: int, ctx: Context, arg: Arg) -> tuple:
             base, shape, strides, block_shape, padding = _fields(ctx, arg, value, rank)
             if block_t is not None and tuple(block_shape) != block_t:
                 check_block(ctx, arg, block_shape)
-            address = _base_address(ctx, arg, base, device, torch_dtype)
+            address = _base_address(ctx, arg, base, device, stream, torch_dtype)
             values = {"padding": padding == "nan", "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False))}
             return (address, *shape, *strides, *(values[f] for f in flags), *shape, *strides)
 
@@ -166,11 +169,11 @@ def converter(
     fp4_padded = bool(meta.get("fp4_padded"))
     meta_key = (meta["swizzle"], elem_size, meta["elem_type"], *meta["block_size"])
 
-    def convert_tma(value: Any, device: int, ctx: Context, arg: Arg) -> tuple:
+    def convert_tma(value: Any, device: int, stream: int, ctx: Context, arg: Arg) -> tuple:
         base, shape, strides, block_shape, padding = _fields(ctx, arg, value, rank)
         if block_t is not None and tuple(block_shape) != block_t:
             check_block(ctx, arg, block_shape)
-        address = _base_address(ctx, arg, base, device, torch_dtype)
+        address = _base_address(ctx, arg, base, device, stream, torch_dtype)
         encoded = (*shape[:-1], shape[-1] * 2) if fp4_padded else shape
         if fp4_shape_doubled:
             shape = encoded
@@ -192,15 +195,16 @@ def converter(
             if any(d <= 0 for d in encoded):
                 raise ctx.error(arg, f"descriptor shape {list(encoded)} must be positive")
             tmap = _encode(ctx, arg, address, encoded, strides, padding == "nan", tf32, meta)
-            if len(_MAP_CACHE) >= _MAP_CACHE_SIZE:
-                _MAP_CACHE.clear()
-            _MAP_CACHE[key] = tmap
+            with _MAP_CACHE_LOCK:
+                if len(_MAP_CACHE) >= _MAP_CACHE_SIZE:
+                    _MAP_CACHE.clear()
+                _MAP_CACHE[key] = tmap
         return (tmap, *shape, *strides)
 
     return convert_tma
 
 
-def tensordesc(value: Any, device: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+def tensordesc(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
     """The parameter values of one host tensor descriptor argument, in parameter order.
 
     ``CONVERTERS["tensordesc"]``: ``options`` are the argument's converter options; see
@@ -211,12 +215,12 @@ def tensordesc(value: Any, device: int, ctx: Context, arg: Arg, **options: Any) 
     value
         A ``triton.tools.tensor_descriptor.TensorDescriptor`` or any object with ``base``,
         ``shape``, ``strides``, ``block_shape`` and ``padding``.
-    device
-        The launch's device.
+    device, stream
+        The launch's device and stream.
     ctx, arg
         The kernel's context and the argument, for error messages.
     """
-    return converter(**options)(value, device, ctx, arg)
+    return converter(**options)(value, device, stream, ctx, arg)
 
 
 def _encode(

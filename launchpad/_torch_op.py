@@ -8,8 +8,8 @@ implementation (the launch), it becomes one node of the graph: ``fullgraph=True`
 functionalization pass sees the mutations, and CUDA graphs capture the launch because it goes to
 torch's current stream.
 
-The schema comes from the kernel's own description (:class:`~launchpad._launcher.Arg` and
-:class:`~launchpad._layout.Param`): a pointer or a Numba array is a ``Tensor``, an integer type
+The schema comes from the kernel's own description (:class:`~launchpad.KernelSpec`: its
+:class:`~launchpad.Arg` and :class:`~launchpad.Param` values): a pointer or a Numba array is a ``Tensor``, an integer type
 word a ``SymInt`` (so dynamic shapes stay symbolic), a float word a ``float``, ``i1`` a
 ``bool``. Arguments the kernel was specialized on (Triton constexprs) are filled in and hidden
 arguments (Triton's scratch) take nothing.
@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
-from . import _launcher
-from ._layout import POINTER_DTYPES
+from . import _checks
+from ._types import POINTER_DTYPES
 from .errors import ArgumentError, ArgumentTypeError, LaunchpadError
 from .kernel import Kernel
 
@@ -309,6 +309,11 @@ def _schema(inputs: list[_Input], mutated: set[str], n_outputs: int) -> str:
 # --- the implementations --------------------------------------------------------------------------
 
 
+def _switch_device(device: int) -> Any:
+    """``torch.cuda.device(device)``: what an operator whose inputs are on another device runs in."""
+    return torch.cuda.device(device)
+
+
 def _implementation(
     kernel: Kernel,
     inputs: list[_Input],
@@ -319,53 +324,45 @@ def _implementation(
     block: Any,
     shared_mem: Any,
 ) -> Callable[..., Any]:
-    """The CUDA implementation, generated once so that a call does only its launch.
-
-    ``impl(v0, v1, ...)`` takes the operator's arguments positionally (as the dispatcher passes
-    them), computes what is callable, builds the kernel's argument list with the constants and
-    outputs in place, and calls ``kernel.launch``. Like every torch op it runs on its first
-    tensor's device: when that is not the current one it switches for the call (a comparison per
-    call; the switch only then).
+    """The CUDA implementation: ``impl(*values)`` takes the operator's arguments positionally (as
+    the dispatcher passes them), allocates the outputs, puts the constants and outputs in place
+    among the kernel's arguments and launches. Like every torch op it runs on its first tensor's
+    device: when that is not the current one it switches for the call (a comparison per call;
+    the switch only then).
     """
-    ns: dict[str, Any] = {"_launch": kernel.launch, "_L": _launcher, "_device": torch.cuda.device}
-    params = [f"v{k}" for k in range(len(inputs))]
-    call = ", ".join(params)
-
-    def value(obj: Any, label: str) -> str:
-        ns[label] = obj
-        return f"{label}({call})" if callable(obj) else label
-
-    body: list[str] = []
-    slots: dict[int, str] = {i.position: p for i, p in zip(inputs, params)}
-    for k, out in enumerate(outputs):
-        ns[f"_out{k}"] = output_fns[out.name]
-        body.append(f"o{k} = _out{k}({call})")
-        slots[out.position] = f"o{k}"
-    for position, const in consts.items():
-        ns[f"_c{position}"] = const
-        slots[position] = f"_c{position}"
+    launch = kernel.launch
     # every position up to the last is an input, an output or a constant (_describe saw to it)
-    launch_args = [value(grid, "_grid"), value(block, "_block"), *(slots[p] for p in range(1 + max(slots, default=-1)))]
-    if shared_mem is not None:  # a keyword takes launch's general path: only when asked for
-        launch_args.append(f"shared_mem={value(shared_mem, '_smem')}")
-    body.append(f"_launch({', '.join(launch_args)})")
-    if outputs:
-        body.append(f"return {', '.join(f'o{k}' for k in range(len(outputs)))}")
+    count = 1 + max([i.position for i in inputs] + [o.position for o in outputs] + list(consts), default=-1)
+    template = [consts.get(p) for p in range(count)]
+    input_positions = [i.position for i in inputs]
+    outs = [(o.position, output_fns[o.name]) for o in outputs]
+    first = next((k for k, i in enumerate(inputs) if i.type == "Tensor"), None)
+    options = {} if shared_mem is None else {"shared_mem": shared_mem}  # a keyword takes launch's general path
 
-    lines = [f"def _body({call}):", *("    " + line for line in body), "", f"def impl({call}):"]
-    first = next((p for i, p in zip(inputs, params) if i.type == "Tensor"), None)
-    if first is not None:
-        lines += [
-            f"    d = {first}.get_device()",
-            "    if d != _L.current_device():",
-            "        with _device(d):",
-            f"            return _body({call})",
-        ]
-    lines += ["    " + line for line in body]
-    source = "\n".join(lines) + "\n"
-    exec(compile(source, f"<launchpad torch op {kernel.display_name}>", "exec"), ns)
-    impl = ns["impl"]
-    impl.__source__ = source
+    def body(*values: Any) -> Any:
+        args = list(template)
+        for position, value in zip(input_positions, values):
+            args[position] = value
+        made = []
+        for position, fn in outs:
+            args[position] = out = fn(*values)
+            made.append(out)
+        g = grid(*values) if callable(grid) else grid
+        b = block(*values) if callable(block) else block
+        if options:
+            launch(g, b, *args, shared_mem=shared_mem(*values) if callable(shared_mem) else shared_mem)
+        else:
+            launch(g, b, *args)
+        return None if not made else made[0] if len(made) == 1 else tuple(made)
+
+    def impl(*values: Any) -> Any:
+        if first is not None:
+            device = values[first].get_device()
+            if device != _checks.current_device():
+                with _switch_device(device):
+                    return body(*values)
+        return body(*values)
+
     return impl
 
 

@@ -34,9 +34,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ._launcher import Arg, LaunchPlan
-from ._layout import POINTER_DTYPES, Param, apply_signature, kernels_in_image
+from ._binary import kernels_in_image
+from ._spec import Arg, KernelSpec, LaunchPlan
 from ._triton_versions import Convention, check_installed, convention
+from ._types import POINTER_DTYPES, Param, apply_signature
 from .errors import ArgumentError, BinaryError, CompileError, LaunchpadError
 from .kernel import Kernel
 
@@ -105,30 +106,29 @@ def _plan(md: dict, conv: Convention | None = None) -> LaunchPlan:
     conv = conv or convention(md)
     warp_size = (md.get("target") or {}).get("warp_size") or md.get("warp_size") or 32
     num_ctas = md.get("num_ctas", 1) or 1
-    multiplier, cluster = 1, None
+    cluster = None
     if num_ctas != 1:
         dims = md.get("cluster_dims")
         if dims:  # Triton 3.4/3.5: grid and cluster come from cluster_dims
-            dims = tuple(int(d) for d in dims)
-            if dims[1:] != (1, 1):
-                raise LaunchpadError(f"cluster_dims {dims} (a cluster along y or z) is not supported")
-            multiplier, cluster = dims[0], dims
+            cluster = tuple(int(d) for d in dims)
+            if cluster[1:] != (1, 1):
+                raise LaunchpadError(f"cluster_dims {cluster} (a cluster along y or z) is not supported")
         else:
-            multiplier, cluster = num_ctas, (num_ctas, 1, 1)
+            cluster = (num_ctas, 1, 1)
+    # Triton's grid counts programs, each a cluster of num_ctas blocks along x
     return LaunchPlan(
         block=(warp_size * md["num_warps"], 1, 1),
         shared_mem=int(md.get("shared", 0) or 0),
-        grid_multiplier=multiplier,
         cluster=cluster,
+        grid_in_clusters=cluster is not None,
         cluster_spread=cluster is not None,
-        non_portable_cluster=num_ctas == 16,
         cooperative=bool(md.get("launch_cooperative_grid", False)),
         pdl=bool(md.get("launch_pdl", False)),
         oversized_shared=conv.oversized_shared,
     )
 
 
-def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str) -> Kernel:
+def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str) -> KernelSpec:
     """The Kernel of a Triton cubin: params from the binary, typed by ``leaves``."""
     name = md["name"]
     try:
@@ -194,10 +194,7 @@ def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str
     ]
     params = apply_signature(cubin, words, display_name)
     params = [replace(p, name=label) for p, label in zip(params, labels)]
-    return Kernel(
-        image, "cubin", name, params, args=tuple(args), plan=_plan(md, conv), display_name=display_name,
-        metadata=_metadata(md), binary=binary,
-    )  # fmt: skip
+    return KernelSpec(image, "cubin", name, tuple(params), tuple(args), _plan(md, conv), display_name, _metadata(md))
 
 
 def _descriptor_options(rank: int, dtype: str, block: list[int] | None, meta: Any, conv: Convention) -> dict:
@@ -217,7 +214,7 @@ def _scratch_arg(md: dict, which: str, param: int, conv: Convention) -> Arg:
     return Arg(f"{which}_scratch", "scratch", (), param=param, options=options)
 
 
-def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, display_name: str) -> Kernel:
+def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, display_name: str) -> KernelSpec:
     """A cubin and its metadata only (no TTIR): sizes from the binary, one argument per param.
 
     Tensor descriptors in TMA form are still recognized (a 128-byte parameter with a
@@ -251,8 +248,8 @@ def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, disp
     for which, p in zip(scratch, cubin[n:]):
         params.append(typed(p, "*i8", f"{which}_scratch"))
         args.append(_scratch_arg(md, which, p.index, conv))
-    return Kernel(image, "cubin", md["name"], params, args=tuple(args), plan=_plan(md, conv), display_name=display_name,
-                  metadata=_metadata(md), binary=binary)
+    return KernelSpec(image, "cubin", md["name"], tuple(params), tuple(args), _plan(md, conv), display_name,
+                      _metadata(md))
 
 
 def _metadata(md: dict) -> dict:
@@ -300,7 +297,7 @@ def _source_leaves(src: Any) -> list[_Leaf]:
     return leaves
 
 
-def _from_compiled(compiled: Any) -> Kernel:
+def _from_compiled(compiled: Any) -> KernelSpec:
     md = _metadata_of(compiled)
     image = compiled.asm["cubin"]
     src = getattr(compiled, "src", None)
@@ -311,9 +308,19 @@ def _from_compiled(compiled: Any) -> Kernel:
         ttir = compiled.asm.get("source") or compiled.asm.get("ttir")
         leaves = _ttir_leaves(ttir, md["name"], convention(md)) if ttir else None
         display = md["name"]
-    kernel = _build(image, md, leaves, display)
+    spec = _build(image, md, leaves, display)
     if src is not None and hasattr(src, "signature"):
-        kernel.metadata["signature"] = _jsonable({str(k): v for k, v in src.signature.items()})
+        spec.metadata["signature"] = _jsonable({str(k): v for k, v in src.signature.items()})
+    return spec
+
+
+def kernel_of(spec: KernelSpec, fn: Any = None) -> Kernel:
+    """The Kernel of a Triton spec; ``fn``, the JIT function it came from, gives its launch hooks
+    the function's ``launch_metadata``, as Triton's launcher passes them."""
+    kernel = Kernel(spec)
+    hooks = kernel._executor.hooks
+    if hooks is not None and fn is not None:
+        hooks.launch_metadata = getattr(fn, "launch_metadata", None)
     return kernel
 
 
@@ -481,9 +488,11 @@ def from_triton(
     if not hasattr(compiled_or_jit, "asm") and hasattr(compiled_or_jit, "result"):
         compiled_or_jit = compiled_or_jit.result()  # a FutureKernel of Triton's async compile mode
     if hasattr(compiled_or_jit, "asm") and hasattr(compiled_or_jit, "metadata"):
-        return _from_compiled(compiled_or_jit)
+        src = getattr(compiled_or_jit, "src", None)
+        return kernel_of(_from_compiled(compiled_or_jit), getattr(src, "fn", None))
     options = {"num_warps": num_warps, "num_stages": num_stages, **options}
-    return _from_compiled(_compile_jit(compiled_or_jit, signature, constexprs, attrs, target, options))
+    compiled = _compile_jit(compiled_or_jit, signature, constexprs, attrs, target, options)
+    return kernel_of(_from_compiled(compiled), compiled_or_jit)
 
 
 # --- Triton's cache folder (no Triton import) ----------------------------------------------------
@@ -730,4 +739,4 @@ def load_triton(path: str | Path) -> Kernel:
     image = cubin.read_bytes()
     ttir = next((p for p in (folder / f"{stem}.source", folder / f"{stem}.ttir") if p.exists()), None)
     leaves = _ttir_leaves(ttir.read_text(), md["name"], convention(md)) if ttir is not None else None
-    return _build(image, md, leaves, md["name"])
+    return Kernel(_build(image, md, leaves, md["name"]))

@@ -1,203 +1,189 @@
 """``triton_launcher``: a drop-in for ``jit_fn[grid](...)`` that launches through launchpad.
 
-Per call it computes Triton's specialization key cheaply (tensor dtype and 16-byte alignment,
-int width, ``== 1`` and divisibility by 16, constexpr values) in a dispatcher generated once per
-function, finds the launchpad :class:`~launchpad.Kernel` built for that key, and compiles
-through Triton only on a miss (see :mod:`launchpad._triton` for how a compiled kernel becomes
-a Kernel).
+Per call, a dispatcher binds the arguments to the JIT function's parameters, computes Triton's
+specialization key (tensor dtype and 16-byte alignment, int width, ``== 1`` and divisibility by
+16, constexpr values), finds the :class:`~launchpad.Kernel` built for it and launches it; it
+compiles through Triton only for a new key (see :mod:`launchpad._triton` for how a compiled
+kernel becomes a Kernel). Where the compiled module is built, that dispatcher is C
+(``_claunch.Dispatcher``) and the kernel launches without a Python frame; the Python dispatcher
+here takes every call it hands back (tuples, descriptors, compile options, new keys) and is the
+whole path otherwise. ``@triton.autotune`` and ``@triton.heuristics`` wrappers are
+:mod:`launchpad._triton_autotune`'s.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 import torch
 
-from ._triton import _from_compiled, _run_options, _target
+from . import _executor
+from ._triton import _from_compiled, _run_options, _target, kernel_of
 from ._triton_versions import check_installed
 from .errors import ArgumentError
 from .kernel import Kernel
 
 __all__ = ["TritonLauncher", "triton_launcher"]
 
-
-# --- triton_launcher --------------------------------------------------------------------------------
-
-
-class _NoCache:
-    """A key part for values whose specialization this module does not compute: unhashable, so
-    the fast lookup always misses and Triton's own specialization decides."""
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return "<not cached>"
+_REQUIRED: Any = type("Required", (), {"__repr__": lambda self: "<required>"})()
+_TENSORS = (torch.Tensor, torch.nn.Parameter)
 
 
-_NOCACHE = _NoCache()
-_I32 = "i32"
-
-
-def _wide(x: int) -> str:
-    return "u64" if x >= 1 << 63 else "i64"
-
-
-def _value_key(x: Any) -> tuple:
-    """The fast-path key of one value that is not a plain tensor or int (see :class:`TritonLauncher`)."""
-    if x is None:
-        return (None, None)
+def _value_key(x: Any) -> Any:
+    """The specialization key of one runtime value (at least as fine as Triton's), or raise
+    TypeError for a value only Triton's own binder can key."""
     c = x.__class__
-    if c is bool:
-        return (bool, None)
-    if c is float:
-        return (float, None)
-    if isinstance(x, int) and not isinstance(x, bool):
-        return (c, "i32" if -0x80000000 <= x <= 0x7FFFFFFF else _wide(x), x & 15 if x != 1 else 16)
-    if isinstance(x, float):
-        return (float, None)
-    if isinstance(x, tuple):
-        return (c, tuple(_value_key(v) if v.__class__ is not torch.Tensor else (v.dtype, v.data_ptr() & 15) for v in x))
-    if c.__name__ == "TensorDescriptor" and c.__module__ == "triton.tools.tensor_descriptor":
-        return (c, x.base.dtype, tuple(x.block_shape))  # Triton's key: tensordesc<dtype[block]>
-    if hasattr(x, "data_ptr") and not isinstance(x, type):
-        return (c, x.dtype, x.data_ptr() & 15)
-    if c.__name__ == "constexpr" or hasattr(x, "cache_key"):  # tl.constexpr, a jit function
-        return (c, x)
-    return (_NOCACHE, None)
+    if c in _TENSORS:
+        return (x.dtype, x.data_ptr() % 16 == 0)
+    if c is int:
+        width = "i32" if -(2**31) <= x < 2**31 else "i64" if -(2**63) <= x < 2**63 else "u64"
+        return (width, x == 1, x % 16 == 0)
+    if x is None or c is bool or c is float:
+        return (c,)
+    if c is tuple:
+        return (c, tuple(_value_key(v) for v in x))
+    if c.__name__ in ("TensorDescriptor", "TensorDescriptorIm2Col") and hasattr(x, "block_shape"):
+        base = x.base
+        return (c, base.dtype, base.data_ptr() % 16 == 0, tuple(x.block_shape), len(x.shape),
+                getattr(x, "padding", None), getattr(x, "round_f32_to_tf32", None))  # fmt: skip
+    raise TypeError(c)
 
 
 class TritonLauncher:
     """A drop-in for ``jit_fn[grid](*args, **kwargs)`` that launches through launchpad.
 
-    ``launcher[grid](*args, **kwargs)`` computes Triton's specialization key from the arguments
-    with code generated for this function (tensor dtype and ``data_ptr() % 16``, int value 1, %16
-    and width, bool, float, None, constexpr values), finds the :class:`~launchpad.Kernel` built
-    for it, and launches it with launchpad's generated launch path. On a miss it asks Triton's
-    own binder for the exact specialization and compiles through ``triton.compile`` (sharing
-    Triton's on-disk cache), once per specialization.
-
-    ``grid`` is a tuple or a callable taking the dict of argument values (with defaults), as for
-    Triton. Differences from ``jit_fn[grid]``: it returns None rather than the CompiledKernel;
-    Triton's launch hooks, pre-run hooks and changed-global checks are not run; changing
-    ``TRITON_DEBUG`` knobs after the first launch of a specialization does not recompile it; a
-    process whose GPUs differ in architecture needs one launcher per architecture (``target``).
+    ``launcher[grid](*args, **kwargs)`` takes the JIT function's own call (positional or by
+    name, defaults applied, compile options such as ``num_warps`` as keywords) and ``grid`` as
+    Triton does: a tuple, or a callable given the dict of the arguments. It returns None rather
+    than the CompiledKernel. Triton's launch hooks run as Triton runs them; its pre-run hooks and
+    changed-global checks do not; changing ``TRITON_DEBUG``-style knobs after a specialization's
+    first launch does not recompile it; a process whose GPUs differ in architecture needs one
+    launcher per architecture (``target``).
 
     Attributes
     ----------
     fn
         The jit function.
+    options
+        Compile options every launch uses (an autotuning config's ``num_warps``...).
     kernels : dict
         Kernel per Triton cache key (specialization and options), as compiled so far.
     run : callable
-        ``run(grid, *args, **kwargs)``, the generated dispatcher; ``run.__source__`` is its code.
+        ``run(grid, *args, **kwargs)``: the dispatcher (compiled where built).
     """
 
-    def __init__(self, jit_fn: Any, target: Any = None):
+    def __init__(self, jit_fn: Any, target: Any = None, options: dict | None = None):
         check_installed()
         if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "params") or not hasattr(jit_fn, "signature"):
             raise ArgumentError(
-                f"triton_launcher needs a @triton.jit function, got {type(jit_fn).__name__} "
-                "(autotuned and heuristics-wrapped kernels are not supported)"
+                f"triton_launcher needs a @triton.jit function (or one wrapped by @triton.autotune or "
+                f"@triton.heuristics), got {type(jit_fn).__name__}"
             )
         self.fn = jit_fn
         self.target = target
+        self.options = dict(options or {})
         self.kernels: dict[str, Kernel] = {}
-        self._fast: dict[Any, Callable[..., None]] = {}
+        self._keyed: dict[Any, Kernel] = {}  # the Python dispatcher's table
+        self._children: dict[tuple, TritonLauncher] = {}  # per set of compile options
         self._lock = threading.RLock()
         self._state: tuple | None = None  # (target, backend, binder), made on the first miss
-        self.run = self._generate()
+        params = list(jit_fn.params)
+        self._names = tuple(p.name for p in params)
+        self._defaults = tuple(p.default if p.has_default else _REQUIRED for p in params)
+        self._constexpr = tuple(bool(p.is_constexpr) for p in params)
+        self._index = {name: i for i, name in enumerate(self._names)}
+        self.run: Callable[..., None] = self._dispatch
+        if _executor.launch_path()[0] == "compiled":
+            self.run = _executor._claunch.Dispatcher(
+                self._names, self._defaults, _REQUIRED, self._constexpr, self._variant, self._dispatch,
+                _executor._exchange_api_types(),
+            )  # fmt: skip
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
-        return partial(self.run, grid)
+        return functools.partial(self.run, grid)
 
     def __repr__(self) -> str:
         return f"<launchpad.TritonLauncher {self.fn.__name__} ({len(self.kernels)} kernels)>"
 
+    def with_options(self, options: dict) -> TritonLauncher:
+        """The launcher of this function with compile options fixed (made once per set)."""
+        key = tuple(sorted(options.items(), key=lambda kv: kv[0]))
+        child = self._children.get(key)
+        if child is None:
+            with self._lock:
+                child = self._children.get(key)
+                if child is None:
+                    child = self._children[key] = TritonLauncher(self.fn, self.target, {**self.options, **options})
+                    child.kernels = self.kernels  # one table: Triton's cache key includes the options
+                    child._lock = self._lock
+        return child
+
     def warmup(self, *args: Any, grid: Any = None, **kwargs: Any) -> Kernel:
         """Compile (or find) the kernel for these arguments without launching; return it.
 
-        Takes the arguments of a launch (``grid`` is accepted, as Triton's ``warmup`` takes
-        it, and ignored).
+        Takes the arguments of a launch (``grid`` is accepted, as Triton's ``warmup`` takes it,
+        and ignored).
         """
-        params = list(self.fn.params)
-        if len(args) > len(params):
-            raise TypeError(f"{self.fn.__name__} takes {len(params)} arguments, got {len(args)}")
-        bound = {p.name: v for p, v in zip(params, args)}
-        for key in list(kwargs):
-            if key in bound:
-                raise TypeError(f"{self.fn.__name__} got multiple values for argument {key!r}")
-            if any(p.name == key for p in params):
-                bound[key] = kwargs.pop(key)
-        missing = [p.name for p in params if p.name not in bound and not p.has_default]
-        if missing:
-            raise TypeError(f"{self.fn.__name__} is missing arguments {missing}")
-        values = tuple(bound[p.name] if p.name in bound else p.default for p in params)
-        return self._resolve(values, kwargs)
+        values, options = self._bind(args, kwargs)
+        if options:
+            return self.with_options(options).warmup(*values)
+        return self._kernel(values)
 
-    # --- the generated dispatcher --------------------------------------------------------------
+    # --- the Python dispatcher ---------------------------------------------------------------------
 
-    def _generate(self) -> Callable[..., None]:
-        params = list(self.fn.params)
-        names = [p.name for p in params]
-        if any(n.startswith("_lp_") for n in names):
-            raise ArgumentError(f"{self.fn.__name__}: argument names starting with '_lp_' are reserved")
-        ns: dict[str, Any] = {
-            "_lp_Tensor": torch.Tensor, "_lp_I32": _I32, "_lp_wide": _wide, "_lp_value_key": _value_key,
-            "_lp_fast": self._fast, "_lp_miss": self._miss,
-        }  # fmt: skip
-        header = []
-        for p in params:
-            if p.has_default:
-                ns[f"_lp_d_{p.name}"] = p.default
-                header.append(f"{p.name}=_lp_d_{p.name}")
+    def _bind(self, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The value of every parameter (defaults applied), and the compile options given."""
+        names = self._names
+        if len(args) > len(names):
+            self._binding_error(args, kwargs)
+        values = list(args) + [_REQUIRED] * (len(names) - len(args))
+        options = {}
+        for key, value in kwargs.items():
+            i = self._index.get(key)
+            if i is None:
+                options[key] = value
+            elif values[i] is not _REQUIRED:
+                self._binding_error(args, kwargs)
             else:
-                header.append(p.name)
-        lines = [f"def run(_lp_grid, {', '.join(header)}, **_lp_kw):"]
-        keys = []
-        for i, p in enumerate(params):
-            x, k, s = p.name, f"_lp_k{i}", f"_lp_s{i}"
-            keys += [k, s]
-            if p.is_constexpr:  # the value itself is the key (its class too: 1 and True differ)
-                lines.append(f"    {k} = {x}.__class__; {s} = {x}")
-                continue
-            lines += [
-                f"    if {x}.__class__ is _lp_Tensor:",
-                f"        {k} = {x}.dtype; {s} = {x}.data_ptr() & 15",
-                f"    elif {x}.__class__ is int:",
-                f"        {k} = _lp_I32 if -2147483648 <= {x} <= 2147483647 else _lp_wide({x})",
-                f"        {s} = {x} & 15 if {x} != 1 else 16",
-                "    else:",
-                f"        {k} = _lp_value_key({x}); {s} = None",
-            ]
-        values = ", ".join(names)
-        lines += [
-            f"    _lp_key = ({', '.join(keys)},)",
-            "    if _lp_kw:",
-            "        _lp_key = (_lp_key, tuple(_lp_kw.items()))",
-            "    try:",
-            "        _lp_launch = _lp_fast[_lp_key]",
-            "    except Exception:  # a new specialization, or a value this key cannot hash",
-            f"        _lp_launch = _lp_miss(_lp_key, ({values},), _lp_kw)",
-            "    if _lp_grid.__class__ is not tuple and callable(_lp_grid):",
-            f"        _lp_grid = _lp_grid({{{', '.join(f'{n!r}: {n}' for n in names)}}})",
-            f"    return _lp_launch(_lp_grid, None, {values})",
-        ]
-        source = "\n".join(lines) + "\n"
-        exec(compile(source, f"<launchpad triton_launcher {self.fn.__name__}>", "exec"), ns)
-        run = ns["run"]
-        run.__source__ = source
-        return run
+                values[i] = value
+        for i, v in enumerate(values):
+            if v is _REQUIRED:
+                if self._defaults[i] is _REQUIRED:
+                    self._binding_error(args, kwargs)
+                values[i] = self._defaults[i]
+        return tuple(values), options
 
-    def _miss(self, key: Any, values: tuple, kwargs: dict) -> Callable[..., None]:
-        launch = self._resolve(values, kwargs).launch
+    def _binding_error(self, args: tuple, kwargs: dict) -> None:
+        """Raise the TypeError Triton's own binder raises for this call (Python's wording)."""
+        self._setup()[2](*args, **kwargs)
+        raise TypeError(f"{self.fn.__name__}() cannot bind these arguments")  # (the binder raised already)
+
+    def _dispatch(self, grid: Any, *args: Any, **kwargs: Any) -> None:
+        values, options = self._bind(args, kwargs)
+        if options:
+            return self.with_options(options)._dispatch(grid, *values)
+        kernel = self._kernel(values)
+        if grid.__class__ is not tuple and callable(grid):
+            grid = grid(dict(zip(self._names, values)))
+        kernel.launch(grid, None, *values)
+
+    def _kernel(self, values: tuple) -> Kernel:
         try:
-            self._fast[key] = launch
-        except TypeError:  # unhashable (a value Triton specializes in ways this key does not see)
-            pass
-        return launch
+            key = tuple(v if c else _value_key(v) for v, c in zip(values, self._constexpr))
+            hash(key)
+        except TypeError:  # a value only Triton's binder keys: it decides every time
+            return self._resolve(values)
+        kernel = self._keyed.get(key)
+        if kernel is None:
+            kernel = self._keyed[key] = self._resolve(values)
+        return kernel
+
+    def _variant(self, values: tuple) -> Any:
+        """The compiled dispatcher's miss: the launch of the variant for these values."""
+        return self._resolve(values).launch
 
     # --- Triton's own specialization and compilation, on a miss --------------------------------
 
@@ -212,16 +198,16 @@ class TritonLauncher:
             self._state = (target, backend, binder)
         return self._state
 
-    def _resolve(self, values: tuple, kwargs: dict) -> Kernel:
+    def _resolve(self, values: tuple) -> Kernel:
         with self._lock:
             target, backend, binder = self._setup()
-            kwargs = _run_options(self.fn, kwargs, backend)
+            kwargs = _run_options(self.fn, self.options, backend)
             bound, specialization, options = binder(*values, **kwargs)
             cache_key = str(specialization) + str(options)  # Triton's own key (JITFunction.run)
             kernel = self.kernels.get(cache_key)
             if kernel is None:
-                kernel = _from_compiled(self._compile(target, backend, kwargs, bound, specialization, options))
-                self.kernels[cache_key] = kernel
+                compiled = self._compile(target, backend, kwargs, bound, specialization, options)
+                kernel = self.kernels[cache_key] = kernel_of(_from_compiled(compiled), self.fn)
             return kernel
 
     def _compile(self, target, backend, kwargs, bound, specialization, options) -> Any:
@@ -251,21 +237,25 @@ class TritonLauncher:
 _LAUNCHERS_ATTR = "_launchpad_launcher"
 
 
-def triton_launcher(jit_fn: Any, *, target: Any = None) -> TritonLauncher:
-    """The :class:`TritonLauncher` of a ``@triton.jit`` function: ``triton_launcher(fn)[grid](...)``.
+def triton_launcher(fn: Any, *, target: Any = None) -> Any:
+    """The launcher of a Triton kernel: ``triton_launcher(fn)[grid](...)``.
 
-    One launcher is made per function (for the current device's target) and kept on it, so
-    calling this in a loop is cheap. ``target`` (a ``GPUTarget`` or int arch) makes a separate
-    launcher compiling for that target.
+    ``fn`` is a ``@triton.jit`` function, or one wrapped by ``@triton.autotune`` and
+    ``@triton.heuristics`` in any order (see :mod:`launchpad._triton_autotune`). One launcher is
+    made per function (for the current device's target) and kept on it, so calling this in a
+    loop is cheap. ``target`` (a ``GPUTarget`` or int arch) makes a separate launcher compiling
+    for that target.
     """
+    from ._triton_autotune import wrap
+
     if target is None:
-        launcher = getattr(jit_fn, _LAUNCHERS_ATTR, None)
+        launcher = getattr(fn, _LAUNCHERS_ATTR, None)
         if launcher is not None:
             return launcher
-        launcher = TritonLauncher(jit_fn)
+        launcher = wrap(fn, None)
         try:
-            setattr(jit_fn, _LAUNCHERS_ATTR, launcher)
+            setattr(fn, _LAUNCHERS_ATTR, launcher)
         except AttributeError:
             pass
         return launcher
-    return TritonLauncher(jit_fn, target)
+    return wrap(fn, target)

@@ -20,12 +20,9 @@ cache list | cache clear
 from __future__ import annotations
 
 import argparse
-import base64
-import binascii
 import importlib.metadata
 import json
 import platform
-import struct
 import sys
 import time
 from collections.abc import Sequence
@@ -178,6 +175,7 @@ def environment() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpu": cpu_model(),
         "launchpad": launchpad.__version__,
+        "launch_path": list(launchpad.launch_path()),
         "packages": package_versions(),
         "torch_cuda": torch.version.cuda,
         "driver": driver_version(),
@@ -264,6 +262,8 @@ def cmd_info(args: argparse.Namespace) -> int:
             extra = f" (CUDA {env['torch_cuda']})" if env["torch_cuda"] else " (no CUDA support in this build)"
         print(f"  {name:<14} {version or 'not installed'}{extra}")
     print(f"  {'driver':<14} {'CUDA ' + env['driver'] if env['driver'] else 'none (no CUDA driver found)'}")
+    path, why = env["launch_path"]
+    print(f"launch path: {path}" + (f" ({why})" if why else ""))
     print()
     if env["devices"]:
         print(f"devices: {len(env['devices'])}")
@@ -344,9 +344,8 @@ def _demo_launch(kernel: Any, n: int) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ._layout import kernels_in_image, read_image
+    from ._binary import kernels_in_image, read_image
     from .errors import LaunchpadError
-    from .kernel import ARTIFACT_FORMAT
 
     path = Path(args.file)
     try:
@@ -354,29 +353,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"launchpad inspect: cannot read {str(path)!r}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    if data.lstrip()[:1] == b"{":
-        try:
-            artifact = json.loads(data)
-        except ValueError as exc:
-            print(f"launchpad inspect: {str(path)!r} looks like JSON but does not parse: {exc}", file=sys.stderr)
-            return 2
-        if not isinstance(artifact, dict) or artifact.get("format") != ARTIFACT_FORMAT:
-            what = artifact.get("format") if isinstance(artifact, dict) else None
-            print(
-                f"launchpad inspect: {str(path)!r} is JSON but not a launchpad kernel artifact "
-                f"(format {what!r}, expected {ARTIFACT_FORMAT!r})",
-                file=sys.stderr,
-            )
-            return 2
-        return _inspect_artifact(path, artifact)
+    if data.lstrip()[:1] == b"{":  # a saved artifact: the same parser (and digest check) as launchpad.load
+        return _inspect_artifact(path)
     try:
         image, kind = read_image(data)
         kernels = kernels_in_image(image, kind)
     except LaunchpadError as exc:
         print(f"launchpad inspect: {str(path)!r}: {exc}", file=sys.stderr)
-        return 2
-    except (ValueError, IndexError, struct.error) as exc:  # a truncated or damaged binary
-        print(f"launchpad inspect: {str(path)!r}: cannot parse it: {exc}", file=sys.stderr)
         return 2
     print(f"{path}: {kind}, {len(image)} bytes, {len(kernels)} kernel{'s' if len(kernels) != 1 else ''}")
     if not kernels:
@@ -399,46 +382,42 @@ def _print_binary_kernel(k: Any, params: Sequence[Any] | None = None) -> None:
     print(layout_table(params if params is not None else k.params))
 
 
-def _inspect_artifact(path: Path, artifact: dict) -> int:
-    from ._launcher import LaunchPlan
-    from ._layout import kernels_in_image
-    from .kernel import ARTIFACT_VERSION
+def _inspect_artifact(path: Path) -> int:
+    from . import _artifact
+    from ._binary import kernels_in_image
+    from ._spec import LaunchPlan
+    from .errors import LaunchpadError
 
     try:
-        image = base64.b64decode(artifact["image"], validate=True)
-        kind, name = artifact["image_kind"], artifact["name"]
-        params = artifact["params"]
-    except (KeyError, TypeError, binascii.Error) as exc:
-        print(f"launchpad inspect: {str(path)!r}: damaged launchpad artifact ({exc!r})", file=sys.stderr)
+        spec = _artifact.read(path)
+    except LaunchpadError as exc:
+        print(f"launchpad inspect: {exc}", file=sys.stderr)
         return 2
-    version = artifact.get("version")
-    note = "" if version == ARTIFACT_VERSION else f" (version {version}; this launchpad reads {ARTIFACT_VERSION})"
-    print(f"{path}: launchpad kernel artifact{note}, {kind} image of {len(image)} bytes")
-    meta = artifact.get("metadata") or {}
-    print(f"kernel {artifact.get('display_name') or name}")
-    print(f"  entry           {name}")
-    for key in ("frontend", "arch"):
+    print(f"{path}: launchpad kernel artifact, {spec.image_kind} image of {len(spec.image)} bytes")
+    meta = spec.metadata
+    print(f"kernel {spec.display_name}")
+    print(f"  entry           {spec.name}")
+    for key in ("frontend", "arch", "triton_version"):
         if key in meta:
             print(f"  {key:<15} {meta[key]}")
     try:
-        binary = kernels_in_image(image, kind).get(name)
-    except Exception:  # the layout recorded in the artifact is still worth showing
+        binary = kernels_in_image(spec.image, spec.image_kind).get(spec.name)
+    except LaunchpadError:  # the layout recorded in the artifact is still worth showing
         binary = None
     if binary is not None:
         print(f"  registers       {binary.registers if binary.registers is not None else '?'}")
         print(f"  static shared   {binary.static_shared if binary.static_shared is not None else '?'} B")
     defaults = LaunchPlan().to_json()
-    plan = {k: v for k, v in (artifact.get("plan") or {}).items() if v != defaults.get(k)}
+    plan = {k: v for k, v in spec.plan.to_json().items() if v != defaults.get(k)}
     if plan:
         print("  launch plan     " + ", ".join(f"{k}={v}" for k, v in plan.items()))
     print("  parameter layout:")
-    print(layout_table(params))
-    args = artifact.get("args") or []
-    if any(a.get("kind", "param") != "param" or len(a.get("path", [])) != 1 for a in args):
+    print(layout_table(spec.params))
+    if any(a.kind != "param" or len(a.path) != 1 for a in spec.args):
         print("  arguments:")
-        for i, a in enumerate(args):
-            rest = {k: v for k, v in a.items() if k not in ("name", "kind")}
-            print(f"    {i}: {a.get('name') or '?'} ({a.get('kind', 'param')}) {json.dumps(rest)}")
+        for i, a in enumerate(spec.args):
+            rest = {k: v for k, v in a.to_json().items() if k not in ("name", "kind")}
+            print(f"    {i}: {a.name or '?'} ({a.kind}) {json.dumps(rest)}")
     return 0
 
 

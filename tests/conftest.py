@@ -1,24 +1,34 @@
 """Shared fixtures.
 
-``fake_gpu`` lets CPU tests run a kernel's real generated launch path: it stands in for the
-device, the stream and ``cuLaunchKernel``, and records each launch with the exact bytes of
-every parameter as the driver would copy them (read through the ``kernelParams`` pointers).
-CPU tensors pass the fast path's device check when the fake device is -1 (what
-``Tensor.get_device()`` returns for CPU tensors).
+``fake_gpu`` lets CPU tests run a kernel's real launch path, in either executor: it stands in
+for the device, the stream and the driver's ``cuLaunchKernel``/``cuLaunchKernelEx``, and records
+each launch with the exact bytes of every parameter as the driver would copy them (read through
+the ``kernelParams`` pointers). The compiled executor calls a C-callable recorder (a ctypes
+function whose address the kernel's device entry gives it, as it would give the driver's); the
+Python executor calls the same recorder's Python side. The fixture runs each test twice, once
+per executor, against the same expectations.
+
+CPU tensors pass the device checks when the fake device is -1 (what ``Tensor.get_device()``
+returns for CPU tensors).
 """
 
 from __future__ import annotations
 
 import ctypes
+import os
+import threading
+import time
+import weakref
 from dataclasses import dataclass
 
 import pytest
 import torch
 
 import launchpad
-from launchpad import _driver, _launcher
+from launchpad import _checks, _driver, _executor
 
 HAS_GPU = torch.cuda.is_available()
+EXECUTORS = ["compiled", "python"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -36,9 +46,13 @@ def _private_cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-def generated_functions(kernel: launchpad.Kernel) -> tuple:
-    """A kernel's generated ``launch``, ``_full`` and ``_prepare``: each has globals of its own."""
-    return kernel.launch, kernel.launch.__globals__["_full"], kernel._prepare
+def executor_available(name: str) -> str:
+    """Why an executor cannot run here ("" when it can)."""
+    if name == "compiled":
+        path, why = _executor.launch_path()
+        if path != "compiled":
+            return f"the compiled executor is off: {why}"
+    return ""
 
 
 @dataclass
@@ -50,61 +64,142 @@ class Launch:
     stream: int
     params: list[bytes]  # each parameter's bytes, as the driver copies them
     ex: dict | None = None  # launch attributes, for cuLaunchKernelEx launches
+    thread: int = 0  # the launching thread
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]  # fmt: skip
+
+
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
+                           ctypes.c_void_p)  # fmt: skip
+_LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.c_void_p,
+                              ctypes.c_void_p)  # fmt: skip
+_ATTR = {2: "cooperative", 4: "cluster", 5: "spread", 6: "pdl", 18: "shared_memory_mode"}
 
 
 class FakeGPU:
-    def __init__(self, monkeypatch):
+    """A fake device both executors launch into (see the module documentation)."""
+
+    def __init__(self, monkeypatch, executor: str = "python"):
         self.monkeypatch = monkeypatch
+        self.executor = executor
         self.launches: list[Launch] = []
-        self._kernels: dict[object, launchpad.Kernel] = {}
+        self.result = 0  # what the fake driver returns (a CUresult)
+        self.delay = 0.0  # seconds each launch waits before the driver reads its arguments
+        self.emulate = None  # emulate(launch): run the kernel's effect on CPU memory, after recording
+        self._kernels: dict[int, launchpad.Kernel] = {}
+        # the C callbacks reach this object through a weak reference: no cycle keeps kernels alive
+        me = weakref.ref(self)
+        self._c_launch = _LAUNCH(lambda *a: me()._record_c(*a))
+        self._c_launch_ex = _LAUNCH_EX(lambda *a: me()._record_c_ex(*a))
 
     def install(self, kernel: launchpad.Kernel, *, device: int = -1, stream: int = 0x5000,
-                max_threads: int = 1024, shared_limit: int = 48 * 1024, optin: int = 227 * 1024):
-        function = f"function:{kernel.name}"
+                max_threads: int = 1024, shared_limit: int = 48 * 1024, optin: int = 227 * 1024,
+                real_checks: bool = False) -> launchpad.Kernel:  # fmt: skip
+        """Make ``kernel`` launch into this fake device; undone after the test.
+
+        ``real_checks`` keeps the loader's own shared-memory and attribute checks (which then ask
+        the patched driver queries) instead of this fake's stand-ins.
+        """
+        function = 0x10000 + 0x100 * len(self._kernels)
         self._kernels[function] = kernel
-        patch = self.monkeypatch  # everything is undone after the test
-        patch.setitem(kernel._loader.entries, device, (function, max_threads, shared_limit))
+        patch = self.monkeypatch
+        loader = kernel._loader
+        if not real_checks:
 
-        def raise_shared(dev, nbytes):
-            if nbytes > optin:
-                raise launchpad.OutOfResources(f"{nbytes} > {optin}")
-            return optin
+            def raise_shared(dev, nbytes):
+                if nbytes > optin:
+                    raise launchpad.OutOfResources(f"{nbytes} > {optin}")
+                entry = loader.entries[dev]
+                loader.entries[dev] = (*entry[:2], optin, *entry[3:])
+                return optin
 
-        for fn in generated_functions(kernel):
-            g = fn.__globals__
-            patch.setitem(g, "_get_device", lambda: device)
-            patch.setitem(g, "_raw_stream", lambda dev: stream)
-            patch.setitem(g, "_cuLaunchKernel", self.cu_launch)
-            patch.setitem(g, "_raise_shared", raise_shared)
-            patch.setitem(g, "_launch_ex", self.launch_ex)
+            patch.setattr(loader, "raise_shared", raise_shared)
+            patch.setattr(loader, "launch_ex", self.launch_ex)
+            patch.setattr(loader, "coresident_blocks", lambda dev, threads, smem: 1 << 20)
+        entry = (function, max_threads, shared_limit, function, ctypes.cast(self._c_launch, ctypes.c_void_p).value,
+                 ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, None)  # fmt: skip
+        patch.setitem(loader.entries, device, entry)
+        devices = _executor.Devices(lambda: device, lambda dev: stream, self.cu_launch)
+        executor = _executor.build(kernel.spec, loader, devices, compiled=self.executor == "compiled")
+        patch.setattr(kernel, "_executor", executor)
+        patch.setattr(kernel, "launch", executor.launch)
+        patch.setattr(kernel, "_configs", {})
         patch.setattr(_driver, "cuLaunchKernel", self.cu_launch)
-        patch.setattr(_launcher, "current_device", lambda: device)
+        patch.setattr(_checks, "current_device", lambda: device)  # what torch ops compare their inputs with
         return kernel
 
-    def read_params(self, function, kp: int) -> list[bytes]:
+    def read_params(self, function: int, kp: int) -> list[bytes]:
+        if self.delay:
+            time.sleep(self.delay)  # as a real driver call releases the GIL: other threads run meanwhile
         params = self._kernels[function].params
         if not params:
-            assert kp == 0
+            assert not kp
             return []
         pointers = (ctypes.c_void_p * len(params)).from_address(kp)
         return [ctypes.string_at(pointers[i], p.size) for i, p in enumerate(params)]
 
+    # --- the Python executor's driver call
     def cu_launch(self, f, gx, gy, gz, bx, by, bz, smem, stream, kp, extra):
         assert extra == 0
-        self.launches.append(Launch(f, (gx, gy, gz), (bx, by, bz), smem, stream, self.read_params(f, kp)))
-        return (_driver.SUCCESS,)
+        self.record(Launch(f, (gx, gy, gz), (bx, by, bz), smem, stream, self.read_params(f, kp),
+                           thread=threading.get_ident()))  # fmt: skip
+        return (_driver.CUresult(self.result),)
 
-    def launch_ex(self, f, dev, grid, block, smem, stream, kp, cluster, cooperative, pdl):
-        kernel = self._kernels[f]
+    def record(self, launch: Launch) -> None:
+        self.launches.append(launch)
+        if self.emulate is not None:
+            self.emulate(launch)
+
+    def launch_ex(self, entry, dev, grid, block, smem, stream, kp, cluster, cooperative, pdl):
+        kernel = self._kernels[entry[0]]
         attrs = {"cluster": cluster if cluster is not None else kernel.plan.cluster,
                  "cooperative": cooperative or kernel.plan.cooperative, "pdl": pdl or kernel.plan.pdl}
-        self.launches.append(Launch(f, grid, block, smem, stream, self.read_params(f, kp), attrs))
+        self.record(Launch(entry[0], grid, block, smem, stream, self.read_params(entry[0], kp), attrs))
+
+    # --- the compiled executor's, through C function pointers
+    def _record_c(self, f, gx, gy, gz, bx, by, bz, smem, stream, kp, extra):
+        assert not extra
+        self.record(Launch(f, (gx, gy, gz), (bx, by, bz), smem, stream or 0, self.read_params(f, kp or 0),
+                           thread=threading.get_ident()))  # fmt: skip
+        return self.result
+
+    def _record_c_ex(self, config, f, kp, extra):
+        c = config.contents
+        raw = ctypes.string_at(c.attrs, 72 * c.num_attrs) if c.num_attrs else b""
+        found = {}
+        for i in range(c.num_attrs):
+            ident = int.from_bytes(raw[72 * i : 72 * i + 4], "little")
+            value = raw[72 * i + 8 : 72 * i + 20]
+            found[_ATTR.get(ident, ident)] = tuple(int.from_bytes(value[k : k + 4], "little") for k in (0, 4, 8))
+        attrs = {"cluster": found.get("cluster"), "cooperative": "cooperative" in found, "pdl": "pdl" in found}
+        self.record(Launch(f, tuple(c.grid), tuple(c.block), c.shared, c.stream or 0, self.read_params(f, kp or 0),
+                           attrs))  # fmt: skip
+        return self.result
 
     @property
     def last(self) -> Launch:
         return self.launches[-1]
 
 
-@pytest.fixture
-def fake_gpu(monkeypatch) -> FakeGPU:
-    return FakeGPU(monkeypatch)
+@pytest.fixture(params=EXECUTORS)
+def fake_gpu(request, monkeypatch) -> FakeGPU:
+    why = executor_available(request.param)
+    if why:
+        pytest.skip(why)
+    return FakeGPU(monkeypatch, request.param)
+
+
+@pytest.fixture(params=EXECUTORS)
+def executor(request) -> str:
+    """Each executor by name (for tests that build kernels themselves)."""
+    why = executor_available(request.param)
+    if why:
+        pytest.skip(why)
+    return request.param
+
+
+def python_launch_forced() -> bool:
+    return os.environ.get("LAUNCHPAD_PYTHON_LAUNCH", "") not in ("", "0")

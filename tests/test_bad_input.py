@@ -31,11 +31,10 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import generated_functions
 
 import launchpad as lp
-from launchpad import _cache, _driver, _launcher
-from launchpad._layout import arch_runs_on, cubin_arch, kernels_in_image
+from launchpad import _cache, _checks, _driver
+from launchpad._binary import arch_runs_on, cubin_arch, kernels_in_image
 
 try:
     import triton
@@ -286,7 +285,7 @@ def _(env):
 # C++: devices and dtypes
 
 @case("cpp-cpu-tensor", "cpp", "cpu-tensor", lp.ArgumentError,
-      "^" + CPP_ARG.format(i=0, t=r"\*fp32") + r": expected a CUDA tensor, got a torch\.float32 tensor on cpu$",
+      "^" + CPP_ARG.format(i=0, t=r"\*fp32") + r": expected a CUDA tensor, got a torch\.float32 tensor on cpu; a pinned CPU tensor \(\.pin_memory\(\)\) would be readable by the device$",
       kernel="scale", arg="argument 0", fake_device=0)  # fmt: skip
 def _(env):
     k, x, y = _cpp(env)
@@ -469,8 +468,9 @@ def _(env):
     k.launch(10**6, 1024, x, y, 2.0, N, cooperative=True)
 
 
-@case("cpp-bound-launch-unknown-argument", "cpp", "launch-config", lp.ArgumentError,
-      r"^kernel 'scale' has no argument 'zz'$", kernel="scale", arg="'zz'")  # fmt: skip
+@case("cpp-bound-launch-unknown-argument", "cpp", "launch-config", lp.ArgumentTypeError,
+      r"^kernel 'scale': launch\(\) got an unexpected keyword argument 'zz' \(arguments: arg0, arg1, arg2, arg3; "
+      r"options: shared_mem, stream, cluster, cooperative, pdl\)$", kernel="scale", arg="'zz'")  # fmt: skip
 def _(env):
     k, x, y = _cpp(env)
     k.bind(16, 256, x, y, 2.0, N)(zz=1)
@@ -588,7 +588,7 @@ def _(env):
 
 
 @case("cpp-artifact-of-the-old-format", "cpp", "artifact", lp.BinaryError,
-      r"^launchpad artifact '.*scale\.json' \(kernel 'scale'\) has format version 1, this launchpad reads version 2",
+      r"^launchpad artifact '.*scale\.json' \(kernel 'scale'\) has format version 1, this launchpad reads versions 2, 3",
       kernel="scale")  # fmt: skip
 def _(env):
     path = env.kernel("cpp").save(env.tmp_path / "scale.json")
@@ -686,10 +686,10 @@ TRI_ARG = r"^kernel 'add_kernel', argument {i} \('{name}'\), param {i} \('{name}
 
 
 @case("triton-count", "triton", "count", lp.ArgumentTypeError,
-      r"^kernel 'add_kernel' takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 4$", kernel="add_kernel")
+      r"^kernel 'add_kernel' takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 3; missing: n$", kernel="add_kernel")
 def _(env):
     k, x, y, out = _tri(env)
-    k[(N // 1024,)](x, y, out, N)
+    k[(N // 1024,)](x, y, out)  # BLOCK, a constexpr, may be left out; n may not
 
 
 @case("triton-pointer-is-str", "triton", "type", lp.ArgumentTypeError,
@@ -748,7 +748,7 @@ def _(env):
 
 
 @case("triton-cpu-tensor", "triton", "cpu-tensor", lp.ArgumentError,
-      TRI_ARG.format(i=0, name="x_ptr", t=r"\*fp32") + r": expected a CUDA tensor, got a torch\.float32 tensor on cpu$",
+      TRI_ARG.format(i=0, name="x_ptr", t=r"\*fp32") + r": expected a CUDA tensor, got a torch\.float32 tensor on cpu; a pinned CPU tensor \(\.pin_memory\(\)\) would be readable by the device$",
       kernel="add_kernel", arg="'x_ptr'", fake_device=0)  # fmt: skip
 def _(env):
     k, x, y, out = _tri(env)
@@ -846,7 +846,7 @@ NB_ARG = r"^kernel '{k}', argument {i} \('{name}'\)"
 
 
 @case("numba-count", "numba", "count", lp.ArgumentTypeError,
-      r"^kernel 'lp_axpy' takes 4 arguments \(out, x, y, a\), got 3$", kernel="lp_axpy")  # fmt: skip
+      r"^kernel 'lp_axpy' takes 4 arguments \(out, x, y, a\), got 3; missing: a$", kernel="lp_axpy")  # fmt: skip
 def _(env):
     k, out, x, y = _nb(env)
     k[N // 256, 256](out, x, y)
@@ -896,7 +896,7 @@ def _(env):
 
 
 @case("numba-cpu-tensor", "numba", "cpu-tensor", lp.ArgumentError,
-      NB_ARG.format(k="lp_axpy", i=0, name="out") + r": expected a CUDA tensor, got a torch\.float32 tensor on cpu$",
+      NB_ARG.format(k="lp_axpy", i=0, name="out") + r": expected a CUDA tensor, got a torch\.float32 tensor on cpu; a pinned CPU tensor \(\.pin_memory\(\)\) would be readable by the device$",
       kernel="lp_axpy", arg="'out'", fake_device=0)  # fmt: skip
 def _(env):
     k, out, x, y = _nb(env)
@@ -1021,10 +1021,7 @@ def fake_driver(env: Env, fake_gpu: Any, monkeypatch: pytest.MonkeyPatch, device
     for name in ("cpp", "triton", "numba", "numba2d"):
         if name not in env.kernels:
             continue
-        k = fake_gpu.install(env.kernels[name], device=device)
-        for fn in generated_functions(k):  # the real checks, not fake_gpu's stand-ins
-            monkeypatch.setitem(fn.__globals__, "_raise_shared", k._loader.raise_shared)
-            monkeypatch.setitem(fn.__globals__, "_launch_ex", k._loader.launch_ex)
+        fake_gpu.install(env.kernels[name], device=device, real_checks=True)  # the loader's own checks
     # an H100's driver 580 knows no oversized shared-memory mode: 0
     device_attrs = {"max_shared_memory_per_block_optin": 227 * 1024, "multiprocessor_count": 132,
                     "max_oversized_shared_memory_per_block": 0}
@@ -1046,6 +1043,7 @@ def test_bad_input_without_gpu(c, cpu_kernels, fake_gpu, monkeypatch, tmp_path):
     env = Env(False, cpu_kernels, tmp_path, monkeypatch)
     fake_driver(env, fake_gpu, monkeypatch, c.fake_device)
     check_case(c, env)
+    assert fake_gpu.launches == [] or issubclass(c.exc, Warning)  # nothing refused reached the (fake) driver
     assert fake_gpu.launches == []  # refused before anything reached the (fake) driver
 
 
@@ -1208,15 +1206,16 @@ def test_a_failed_launch_with_attributes_names_the_kernel(loadable, monkeypatch)
 
 def test_a_binary_the_device_can_run_reaches_the_driver(loadable, monkeypatch):
     loaded = []
-    monkeypatch.setattr(_driver, "load_function", lambda image, name, device: loaded.append(device) or ("m", "f"))
+    monkeypatch.setattr(_driver, "load_function", lambda image, name, device: loaded.append(device) or ("m", 0xF))
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: 1024 if name == "max_threads_per_block" else 48 * 1024)
+    monkeypatch.setattr(_driver, "launch_entry_points", lambda: (1, 2))
     loadable.load(0)
     assert loaded == [0]
-    loadable._loader.entries.clear()  # ("m", "f") is no module for the real driver to unload later
+    loadable._loader.entries.clear()  # "m" is no module for the real driver to unload later
     loadable._loader.modules.clear()
 
 
-@pytest.mark.skipif(_launcher.current_device is not _launcher._no_cuda, reason="this torch has CUDA")
+@pytest.mark.skipif(_checks.current_device is not _checks._no_cuda, reason="this torch has CUDA")
 def test_without_cuda_the_errors_name_the_kernel(cpu_kernels):
     k = cpu_kernels["cpp"]
     with pytest.raises(lp.NoDeviceError, match=r"^kernel 'scale': this torch build has no CUDA support"):

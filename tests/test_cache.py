@@ -357,7 +357,7 @@ SAVE_WORKER = """
     ready, go, cubin, target, writer, rounds = (*map(pathlib.Path, sys.argv[1:5]), *map(int, sys.argv[5:]))
     base = lp.load_cubin(cubin, "k", signature="*i32")
     # each writer's artifact differs (its metadata holds a large payload), so a mix would show
-    k = lp.Kernel(base.image, "cubin", base.name, base.params, metadata={"writer": writer, "pad": "x" * (writer + 1) * 200_000})
+    k = lp.Kernel(base.spec.replace(metadata={"writer": writer, "pad": "x" * (writer + 1) * 200_000}))
     ready.touch()
     while not go.exists():
         time.sleep(0.001)
@@ -398,7 +398,7 @@ def _saved(cubin: Path, tmp_path: Path) -> tuple[Path, dict]:
 
 def test_artifact_records_its_digest_and_round_trips(cubin, tmp_path):
     path, d = _saved(cubin, tmp_path)
-    assert d["version"] == 2 and len(d["sha256"]) == 64
+    assert d["version"] == 3 and len(d["sha256"]) == 64
     body = {k: v for k, v in d.items() if k != "sha256"}
     assert d["sha256"] == hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
     k = lp.load(path)
@@ -435,6 +435,23 @@ def test_a_truncated_artifact_is_refused(cubin, tmp_path):
         lp.load(path)
 
 
+def test_an_artifact_of_launchpad_0_1_still_loads(cubin, tmp_path):
+    """Version 2 (launchpad 0.1) differs in its launch plan's fields: grid_multiplier and a stored
+    non_portable_cluster, now a grid counted in clusters and a derived property."""
+    path, d = _saved(cubin, tmp_path)
+    body = {k: v for k, v in d.items() if k != "sha256"}
+    plan = body["plan"]
+    for key in ("grid_in_clusters", "oversized_shared"):
+        plan.pop(key)
+    body["plan"] = {**plan, "cluster": [2, 1, 1], "grid_multiplier": 2, "non_portable_cluster": False}
+    body["version"] = 2
+    digest = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    path.write_text(json.dumps({**body, "sha256": digest}))
+    k = lp.load(path)
+    assert k.plan.cluster == (2, 1, 1) and k.plan.grid_in_clusters and k.plan.grid_scale == (2, 1, 1)
+    assert k.image == cubin.read_bytes()
+
+
 def test_an_artifact_of_the_previous_format_is_refused(cubin, tmp_path):
     path, d = _saved(cubin, tmp_path)
     d.pop("sha256")
@@ -443,6 +460,6 @@ def test_an_artifact_of_the_previous_format_is_refused(cubin, tmp_path):
     with pytest.raises(lp.BinaryError) as e:
         lp.load(path)
     assert str(e.value) == (
-        f"launchpad artifact {str(path)!r} (kernel 'k') has format version 1, this launchpad reads version 2 only; "
+        f"launchpad artifact {str(path)!r} (kernel 'k') has format version 1, this launchpad reads versions 2, 3; "
         "save the kernel again with this version"
     )

@@ -15,6 +15,7 @@ from conftest import FakeGPU
 
 import launchpad as lp
 from launchpad import _driver
+from launchpad._loader import LoadedModule
 
 SOURCE = 'extern "C" __global__ void scale(float* y, const float* x, float a, int n) {}'
 
@@ -36,7 +37,7 @@ def unloaded(monkeypatch) -> list[tuple[str, int]]:
 
 def loaded_kernel(cubin: bytes) -> lp.Kernel:
     k = lp.load_cubin(cubin, "scale", signature="*fp32, *fp32, fp32, i32")
-    k._loader.modules.update({0: ("module-0", "function-0"), 1: ("module-1", "function-1")})  # as if launched
+    k._loader.modules.update({d: LoadedModule(f"module-{d}", f"function-{d}", d) for d in (0, 1)})  # as if launched
     return k
 
 
@@ -70,6 +71,6 @@ def test_close_unloads_now_and_a_later_launch_loads_again(cubin, unloaded):
     k.close()
     assert sorted(unloaded) == [("module-0", 0), ("module-1", 1)]
     assert k._loader.modules == {} and k._loader.entries == {}
-    k._loader.modules[0] = ("module-0b", "function-0b")  # loaded again by a launch
+    k._loader.modules[0] = LoadedModule("module-0b", "function-0b", 0)  # loaded again by a launch
     del k
     assert unloaded[-1] == ("module-0b", 0)

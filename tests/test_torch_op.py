@@ -16,7 +16,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import launchpad as lp
-from launchpad import _launcher, _torch_op
+from launchpad import _checks, _torch_op
 
 ARCH = "sm_90"
 
@@ -411,7 +411,6 @@ def test_numba_arrays_expand(nk, fake_gpu):
 def test_inputs_on_another_device_switch_to_it(cpp, fake_gpu, monkeypatch):
     k = fake_gpu.install(cpp["scale"])
     op = on_cpu(scale_op(k))
-    impl = _torch_op._REGISTRY[op._schema.name].impl
     entered = []
 
     @contextlib.contextmanager
@@ -419,27 +418,24 @@ def test_inputs_on_another_device_switch_to_it(cpp, fake_gpu, monkeypatch):
         entered.append(d)
         yield
 
-    monkeypatch.setitem(impl.__globals__, "_device", device)
+    monkeypatch.setattr(_torch_op, "_switch_device", device)
     x, y = torch.randn(4), torch.randn(4)
     op(x, y, 1.0, 4)  # x.get_device() == -1 == the fake current device: no switch
     assert entered == [] and len(fake_gpu.launches) == 1
-    monkeypatch.setattr(_launcher, "current_device", lambda: 0)  # the op's own check sees another device
+    monkeypatch.setattr(_checks, "current_device", lambda: 0)  # the op's own check sees another device
     op(x, y, 1.0, 4)
     assert entered == [-1] and len(fake_gpu.launches) == 2
 
 
 def emulate_scale(fake_gpu, monkeypatch):
     """Make ``fake_gpu`` run the ``scale`` kernel on the CPU memory its pointers address."""
-    record = fake_gpu.cu_launch
 
-    def cu_launch(*call):
-        result = record(*call)
-        px, py, a, n = (struct.unpack(f, p)[0] for f, p in zip(("<Q", "<Q", "<f", "<i"), fake_gpu.last.params))
+    def run(launch):
+        px, py, a, n = (struct.unpack(f, p)[0] for f, p in zip(("<Q", "<Q", "<f", "<i"), launch.params))
         x = np.ctypeslib.as_array((ctypes.c_float * n).from_address(px))
         np.ctypeslib.as_array((ctypes.c_float * n).from_address(py))[:] = np.float32(a) * x
-        return result
 
-    monkeypatch.setattr(fake_gpu, "cu_launch", cu_launch)
+    fake_gpu.emulate = run
 
 
 def test_inductor_runs_the_ops_with_their_mutations(cpp, fake_gpu, monkeypatch):

@@ -19,8 +19,8 @@ import torch
 import launchpad
 from launchpad import _driver, _tensordesc
 from launchpad import _triton as lpt
-from launchpad._launcher import same_value
-from launchpad._layout import kernels_in_image
+from launchpad._binary import kernels_in_image
+from launchpad._checks import same_value
 
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
@@ -195,10 +195,10 @@ def test_plan_follows_the_metadata(name, compiled):
     plan = launchpad.from_triton(compiled[name]).plan
     assert plan.block == (32 * md.num_warps, 1, 1)
     assert plan.shared_mem == md.shared
-    assert plan.grid_multiplier == md.num_ctas
+    assert plan.grid_scale == (md.num_ctas, 1, 1) and plan.grid_in_clusters is (md.num_ctas > 1)
     assert plan.cluster == ((md.num_ctas, 1, 1) if md.num_ctas > 1 else None)
     assert plan.cluster_spread is (md.num_ctas > 1)
-    assert plan.non_portable_cluster is False
+    assert plan.non_portable_cluster is False  # clusters of at most 8 blocks
     assert plan.cooperative is md.launch_cooperative_grid
     assert plan.pdl is md.launch_pdl
 
@@ -210,7 +210,7 @@ def test_metadata_of_the_interesting_kernels(compiled):
     assert compiled["host_desc"].metadata.tensordesc_meta and not compiled["host_desc_sm80"].metadata.tensordesc_meta
     assert compiled["ctas2"].metadata.num_ctas == 2
     plan = launchpad.from_triton(compiled["ctas2"]).plan
-    assert plan.cluster == (2, 1, 1) and plan.grid_multiplier == 2 and plan.pdl
+    assert plan.cluster == (2, 1, 1) and plan.grid_scale == (2, 1, 1) and plan.pdl
 
 
 def test_args_map_python_arguments(compiled):
@@ -295,9 +295,12 @@ def test_add_rejects_what_the_specialization_excludes(compiled, fake_gpu):
         k[(4,)](x, y.half(), out, 4096, 1024)
     with pytest.raises(launchpad.ArgumentError, match=r"argument 4 \('BLOCK'\): the kernel was specialized for 1024, got int 512"):
         k[(4,)](x, y, out, 4096, 512)
-    with pytest.raises(launchpad.ArgumentTypeError, match=r"takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 4"):
-        k[(4,)](x, y, out, 4096)
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 3; missing: n"):
+        k[(4,)](x, y, out)
     assert fake_gpu.launches == []  # nothing reached the driver
+    k[(4,)](x, y, out, 4096)  # a constexpr may be left out: the kernel has it built in
+    assert len(fake_gpu.launches) == 1
+    fake_gpu.launches.clear()
     k[(4,)](x, y, out, 4096, 1024)
     assert len(fake_gpu.launches) == 1
 
@@ -349,15 +352,21 @@ def test_none_argument_is_a_constant(compiled, fake_gpu):
         k[1](x, y, out, out, 256, -1.5, 256)
 
 
-def test_scalar_bytes_fp16_bf16_truncation_fp32_fp64_i64_u1(compiled, fake_gpu):
+def bf16_of(value: float) -> bytes:
+    """The bfloat16 torch makes of a float (round to nearest even), as bytes."""
+    return torch.tensor([value], dtype=torch.float32).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+
+
+def test_scalar_bytes_fp16_bf16_rounding_fp32_fp64_i64_u1(compiled, fake_gpu):
     k = fake_gpu.install(launchpad.from_triton(compiled["scalars"]))
     out = aligned(8, torch.float64)
-    # 0x3F80FFFF is 1.0078124; bf16 by truncation keeps 0x3F80 where rounding would give 0x3F81
+    # 0x3F80FFFF is 1.0078124: the nearest bf16 is 0x3F81, which torch gives and launchpad packs
+    # (Triton's own launcher truncates to 0x3F80)
     b = struct.unpack("<f", struct.pack("<I", 0x3F80FFFF))[0]
     k[1](out, 0.1, b, 1 / 3, 2.0**-1074, -(2**40) + 5, True)
     params = fake_gpu.last.params
     assert params[1] == struct.pack("<e", 0.1) == b"\x66\x2e"
-    assert params[2] == b"\x80\x3f"
+    assert params[2] == bf16_of(b) == b"\x81\x3f"
     assert params[3] == struct.pack("<f", 1 / 3)
     assert params[4] == struct.pack("<d", 2.0**-1074)
     assert params[5] == struct.pack("<q", -(2**40) + 5)
@@ -479,16 +488,16 @@ def test_host_tensor_descriptor_pointer_form(compiled, fake_gpu):
         ]
 
 
-def test_device_descriptor_allocates_global_scratch(compiled, fake_gpu):
-    k = fake_gpu.install(launchpad.from_triton(compiled["device_desc"]))
+def test_device_descriptor_allocates_global_scratch(compiled, fake_gpu, monkeypatch):
     md = compiled["device_desc"].metadata
     calls = []
 
-    def scratch(nbytes, align, dev, stream):
+    def scratch(nbytes, align, dev, stream, zero=False):
         calls.append((nbytes, align, dev, stream))
         return object(), 0xA000
 
-    k.launch.__globals__["_scratch"] = scratch
+    monkeypatch.setattr(launchpad._checks, "scratch", scratch)  # before the executors are made
+    k = fake_gpu.install(launchpad.from_triton(compiled["device_desc"]))
     x, out = aligned(128 * 64, torch.float16), aligned(128 * 64, torch.float16)
     k[(2, 1)](x, out, 128, 64, 64, 64)
     assert calls == [(2 * md.global_scratch_size, md.global_scratch_align, -1, 0x5000)]
@@ -510,9 +519,9 @@ def test_plans_of_other_triton_versions():
     assert lpt._plan({**base, "num_ctas": 16}).non_portable_cluster
     # Triton 3.4/3.5: the grid and the cluster come from cluster_dims
     plan = lpt._plan({**base, "num_ctas": 2, "cluster_dims": [2, 1, 1], "triton_version": "3.5.0"})
-    assert (plan.grid_multiplier, plan.cluster, plan.cluster_spread) == (2, (2, 1, 1), True)
+    assert (plan.grid_scale, plan.cluster, plan.cluster_spread) == ((2, 1, 1), (2, 1, 1), True)
     plan = lpt._plan({**base, "num_ctas": 1, "cluster_dims": [1, 1, 1], "launch_cooperative_grid": True})
-    assert (plan.grid_multiplier, plan.cluster, plan.cooperative) == (1, None, True)
+    assert (plan.grid_scale, plan.cluster, plan.cooperative) == ((1, 1, 1), None, True)
     with pytest.raises(launchpad.LaunchpadError, match="cluster along y or z"):
         lpt._plan({**base, "num_ctas": 2, "cluster_dims": [1, 2, 1]})
 
@@ -608,7 +617,7 @@ class BlockTriton:
 
 sys.meta_path.insert(0, BlockTriton())
 import launchpad
-from launchpad._launcher import CONVERTERS
+from launchpad._checks import CONVERTERS
 
 out = {"folders": [launchpad.load_triton(p).to_json() for p in json.loads(sys.argv[1])],
        "artifacts": [launchpad.load(p).to_json() for p in json.loads(sys.argv[2])],
@@ -648,8 +657,8 @@ def test_tensordesc_converter_entry_points_agree(compiled):
     (arg,) = [a for a in k.args if a.kind == "expand"]
     base = aligned(128 * 192, torch.float16).view(128, 192)
     desc = descriptor(base, [64, 64], "nan" if HAS_PADDING else "zero")
-    plain = launchpad._launcher.CONVERTERS["tensordesc"](desc, -1, k._context, arg, **arg.options)
-    special = _tensordesc.tensordesc.specialize(**arg.options)(desc, -1, k._context, arg)
+    plain = launchpad._checks.CONVERTERS["tensordesc"](desc, -1, 0, k._context, arg, **arg.options)
+    special = _tensordesc.tensordesc.specialize(**arg.options)(desc, -1, 0, k._context, arg)
     flags = {"padding": HAS_PADDING, "round_f32_to_tf32": False}
     assert plain == special == (base.data_ptr(), 128, 192, 192, 1, *(flags[f] for f in DESCRIPTOR_FLAGS), 128, 192, 192, 1)
     assert len(plain) == len(arg.params)
@@ -678,7 +687,7 @@ def test_triton_3_4_layout_one_scratch_pointer_and_wide_bools(compiled, fake_gpu
     md["triton_version"] = "3.4.0"
     leaves = [lpt._Leaf("x_ptr", (0,), "*fp32"), lpt._Leaf("out_ptr", (1,), "*fp32"), lpt._Leaf("flag", (2,), "u1"),
               lpt._Leaf("N", (3,), "i32"), lpt._Leaf("extra", (4,), "*fp32")]  # fmt: skip
-    k = fake_gpu.install(lpt._build(c.asm["cubin"], md, leaves, "rowsum"))
+    k = fake_gpu.install(launchpad.Kernel(lpt._build(c.asm["cubin"], md, leaves, "rowsum")))
     assert [p.type for p in k.params] == ["*fp32", "*fp32", "u32", "i32", "*fp32", "*i8"]
     assert [a.name for a in k.args if a.kind == "scratch"] == ["global_scratch"]
     x, out = aligned(64), aligned(64)
@@ -715,7 +724,7 @@ def _sm80_descriptor_kernel(compiled, version: str):
     c = compiled["host_desc_sm80"]
     md = {**lpt._metadata_of(c), "triton_version": version}
     leaves = lpt._source_leaves(c.src)
-    return lpt._build(c.asm["cubin"], md, leaves, "host_desc_kernel")
+    return launchpad.Kernel(lpt._build(c.asm["cubin"], md, leaves, "host_desc_kernel"))
 
 
 @pytest.mark.parametrize("version, flags", [("3.5.1", ["padding"]), ("3.6.0", ["padding"]),
@@ -754,7 +763,7 @@ def test_tma_descriptor_tf32_and_fp4_rules_by_version(compiled, monkeypatch, ver
     base = aligned(128 * 64).view(128, 64)
     desc = types.SimpleNamespace(base=base, shape=(128, 64), strides=(64, 1), block_shape=[64, 16], padding="zero",
                                  round_f32_to_tf32=True)
-    values = convert(desc, -1, k._context, arg)
+    values = convert(desc, -1, 0, k._context, arg)
     assert values[1:] == (128, 64, 64, 1)
     assert calls[-1][0] == (11 if tf32 else 7)  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 / FLOAT32
     fp4 = {**meta, "elem_size": 1, "elem_type": 0, "fp4_padded": True}
@@ -763,7 +772,7 @@ def test_tma_descriptor_tf32_and_fp4_rules_by_version(compiled, monkeypatch, ver
     u8 = (torch.arange(128 * 64, dtype=torch.int32) % 251).to(torch.uint8)
     desc = types.SimpleNamespace(base=u8.view(128, 64), shape=(128, 64), strides=(64, 1), block_shape=[64, 16],
                                  padding="zero")
-    values = convert(desc, -1, k._context, arg)
+    values = convert(desc, -1, 0, k._context, arg)
     assert values[1:3] == ((128, 128) if doubled else (128, 64))
     assert calls[-1][3] == [128, 128]  # the encoded dims, innermost first: always doubled
 

@@ -1,0 +1,56 @@
+/* The launchpad._claunch module: its types and one helper (see claunch.h for what it is). */
+#include "claunch.h"
+#include <string.h>
+
+PyObject *lp_str_stream, *lp_str_shared_mem, *lp_str_calls;
+
+/* dlpack_dtype(tensor) -> (code, bits, lanes): how the DLPack exchange API of the tensor's type
+ * describes its dtype; launchpad/_executor.py asks it once per torch dtype, so the plan's dtype
+ * checks use torch's own mapping rather than a table of ours. */
+static PyObject *dlpack_dtype(PyObject *module, PyObject *tensor) {
+    (void)module;
+    const DLPackExchangeAPI *api = lp_exchange_api((PyObject *)Py_TYPE(tensor));
+    if (api == NULL) {
+        PyErr_Format(PyExc_TypeError, "%.200s has no DLPack C exchange API (version 1)", Py_TYPE(tensor)->tp_name);
+        return NULL;
+    }
+    DLTensor t;
+    if (api->dltensor_from_py_object_no_sync(tensor, &t) != 0) return NULL;
+    return Py_BuildValue("(iii)", t.dtype.code, t.dtype.bits, t.dtype.lanes);
+}
+
+static PyMethodDef module_methods[] = {
+    {"dlpack_dtype", dlpack_dtype, METH_O, "dlpack_dtype(tensor) -> (code, bits, lanes) of its DLPack dtype."},
+    {NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *m) {
+    /* interned once per process: constants, whichever interpreter imports the module first */
+    if (lp_str_stream == NULL && (lp_str_stream = PyUnicode_InternFromString("stream")) == NULL) return -1;
+    if (lp_str_shared_mem == NULL && (lp_str_shared_mem = PyUnicode_InternFromString("shared_mem")) == NULL) return -1;
+    if (lp_str_calls == NULL && (lp_str_calls = PyUnicode_InternFromString("calls")) == NULL) return -1;
+    PyTypeObject *types[] = {&Launcher_Type, &Configured_Type, &Bound_Type, &Dispatcher_Type};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (PyType_Ready(types[i]) < 0) return -1;
+        const char *name = strrchr(types[i]->tp_name, '.') + 1;
+        if (PyModule_AddObjectRef(m, name, (PyObject *)types[i]) < 0) return -1;
+    }
+    if (PyModule_AddIntConstant(m, "DLPACK_MAJOR", 1) < 0) return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "launchpad._claunch",
+    .m_doc = "The compiled launch executor of launchpad (see claunch.h).",
+    .m_size = 0,
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC PyInit__claunch(void) { return PyModuleDef_Init(&module_def); }

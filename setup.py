@@ -1,0 +1,25 @@
+"""The compiled launch executor, ``launchpad._claunch``: plain C on the CPython API.
+
+It needs a C compiler and Python's headers, nothing of CUDA, DLPack or torch (it declares the
+few types it uses). It is optional: where it cannot be built, ``pip install`` still installs
+launchpad, whose Python executor then launches everything (``python -m launchpad info`` says
+which path is active). ``LAUNCHPAD_REQUIRE_CLAUNCH=1`` makes a failed build an error instead.
+"""
+
+import os
+
+from setuptools import Extension, setup
+
+SOURCES = ["module.c", "launcher.c", "values.c", "bound.c", "dispatch.c"]
+
+claunch = Extension(
+    "launchpad._claunch",
+    sources=[f"launchpad/_claunch/{name}" for name in SOURCES],
+    depends=["launchpad/_claunch/claunch.h"],
+    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                        "-Wno-missing-field-initializers", *os.environ.get("LAUNCHPAD_CFLAGS", "").split()],
+    extra_link_args=os.environ.get("LAUNCHPAD_LDFLAGS", "").split(),
+    optional=os.environ.get("LAUNCHPAD_REQUIRE_CLAUNCH") != "1",
+)
+
+setup(ext_modules=[claunch])
