@@ -147,8 +147,8 @@ def set_up(
             timed = e.factory(context)
         except WrongResult as exc:
             record.update(status="error", reason=describe(exc))
-        except Exception as exc:
-            record.update(status="missing", reason=describe(exc))
+        except Exception as exc:  # a peer may be absent here; launchpad itself failing is an error
+            record.update(status="error" if e.group == "launchpad" else "missing", reason=describe(exc))
         else:
             record.update(status="ok", note=timed.note)
             ready.append(Launcher(e.key, e.label, e.group, timed))

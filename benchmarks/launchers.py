@@ -372,11 +372,20 @@ def lp_triton(ctx: Context) -> Timed:
 
     t = ctx.triton()
     k = launchpad.from_triton(t.compiled)
-    args = user_args(k, (ctx.x, ctx.y, ctx.n, TRITON_BLOCK), constexprs=1)
-    call = lambda: k.launch(1, None, *args)
+    x, y, n = ctx.x, ctx.y, ctx.n
+    call = lambda: k.launch(1, None, x, y, n)
     ctx.verify(call)
-    block = ", 1024" if len(args) == 4 else ""
-    return Timed(call, note=f"k = launchpad.from_triton(compiled); k.launch(1, None, x, y, n{block})")
+    return Timed(call, note="k = launchpad.from_triton(compiled); k.launch(1, None, x, y, n): BLOCK built in")
+
+
+def lp_triton_getitem(ctx: Context) -> Timed:
+    import launchpad
+
+    k = launchpad.from_triton(ctx.triton().compiled)
+    x, y, n = ctx.x, ctx.y, ctx.n
+    call = lambda: k[1](x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="k[1](x, y, n): Triton's spelling, the launch for that grid made once")
 
 
 def lp_cpp(ctx: Context) -> Timed:
@@ -404,6 +413,116 @@ def lp_bound(ctx: Context) -> Timed:
     bound = ctx.cpp().bind(1, 1024, ctx.x, ctx.y, ctx.n)
     ctx.verify(bound)
     return Timed(bound, note="bound = k.bind(1, 1024, x, y, n); bound()  (C++ kernel)")
+
+
+def _python_executor(kernel: Any) -> Any:
+    """The same kernel launched by the Python executor (the compiled one's fallback)."""
+    import launchpad
+
+    return launchpad.Kernel(kernel.spec, compiled=False)
+
+
+def lp_triton_py(ctx: Context) -> Timed:
+    import launchpad
+
+    k = _python_executor(launchpad.from_triton(ctx.triton().compiled))
+    args = (ctx.x, ctx.y, ctx.n)
+    call = lambda: k.launch(1, None, *args)
+    ctx.verify(call)
+    return Timed(call, note="the same Kernel.launch through the Python executor (Kernel(spec, compiled=False))")
+
+
+def lp_cpp_py(ctx: Context) -> Timed:
+    k, x, y, n = _python_executor(ctx.cpp()), ctx.x, ctx.y, ctx.n
+    call = lambda: k.launch(1, 1024, x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="k.launch(1, 1024, x, y, n) through the Python executor")
+
+
+def lp_bound_py(ctx: Context) -> Timed:
+    bound = _python_executor(ctx.cpp()).bind(1, 1024, ctx.x, ctx.y, ctx.n)
+    ctx.verify(bound)
+    return Timed(bound, note="bound() through the Python executor (cuda.bindings cuLaunchKernel)")
+
+
+def lp_numba_getitem_py(ctx: Context) -> Timed:
+    k, x, y, n = _python_executor(ctx.lp_numba()), ctx.x, ctx.y, ctx.n
+    call = lambda: k[1, 1024](x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="k[1, 1024](x, y, n) through the Python executor")
+
+
+def lp_triton_launcher_py(ctx: Context) -> Timed:
+    import launchpad
+
+    t = ctx.triton()
+    os.environ["LAUNCHPAD_PYTHON_LAUNCH"] = "1"  # the launcher and the kernels it builds: Python
+    try:
+        launcher = launchpad.triton_launcher(t.fn, target=t.compiled.metadata.target.arch)
+        x, y, n = ctx.x, ctx.y, ctx.n
+        call = lambda: launcher[(1,)](x, y, n, BLOCK=TRITON_BLOCK)
+        ctx.verify(call)
+    finally:
+        del os.environ["LAUNCHPAD_PYTHON_LAUNCH"]
+    return Timed(call, note="triton_launcher(fn)[(1,)](x, y, n, BLOCK=1024) with the Python dispatcher and executor")
+
+
+def torch_static(ctx: Context) -> Timed:
+    t = ctx.triton()
+    try:
+        from torch._inductor.runtime.static_triton_launcher import StaticallyLaunchedCudaKernel
+    except Exception as exc:
+        raise Missing(f"torch's static Triton launcher: {describe(exc)}") from None
+    compiled = t.compiled
+    if getattr(compiled, "_cubin_path", None) is None:  # inductor sets it on the kernels it compiles
+        path = ctx.workdir / f"{compiled.metadata.name}.cubin"
+        path.write_bytes(compiled.asm["cubin"])
+        compiled._cubin_path = str(path)
+    k = StaticallyLaunchedCudaKernel(compiled)
+    k.load_kernel(ctx.device)
+    stream, x, y, n = ctx.stream, ctx.x, ctx.y, ctx.n
+    call = lambda: k.run(1, 1, 1, stream, x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="torch._inductor StaticallyLaunchedCudaKernel(compiled).run(1, 1, 1, stream, x, y, n): no checks")
+
+
+TVM_FFI_SOURCE = r"""
+#include <tvm/ffi/container/tensor.h>
+#include <tvm/ffi/extra/c_env_api.h>
+#include <tvm/ffi/extra/cuda/cubin_launcher.h>
+#include <tvm/ffi/function.h>
+
+TVM_FFI_EMBED_CUBIN(kernels);
+
+void launch(tvm::ffi::TensorView x, tvm::ffi::TensorView y, int64_t n) {
+  static auto kernel = TVM_FFI_EMBED_CUBIN_GET_KERNEL(kernels, "double_it");
+  void* px = x.data_ptr();
+  void* py = y.data_ptr();
+  int n32 = static_cast<int>(n);
+  void* args[] = {&px, &py, &n32};
+  DLDevice device = x.device();
+  auto stream = static_cast<cudaStream_t>(TVMFFIEnvGetStream(device.device_type, device.device_id));
+  auto result = kernel.Launch(args, tvm::ffi::dim3(1), tvm::ffi::dim3(1024), stream);
+  TVM_FFI_CHECK_CUBIN_LAUNCHER_CUDA_ERROR(result);
+}
+"""
+
+
+def tvm_ffi(ctx: Context) -> Timed:
+    try:
+        import tvm_ffi.cpp
+    except Exception as exc:
+        raise Missing(f"tvm-ffi: {describe(exc)}") from None
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    module = tvm_ffi.cpp.load_inline(
+        "lp_bench_tvm_ffi", cpp_sources=TVM_FFI_SOURCE, functions=["launch"], embed_cubin={"kernels": ctx.cpp().image},
+        extra_include_paths=[f"{cuda}/include"], extra_ldflags=[f"-L{cuda}/lib64", "-lcudart"],
+        build_directory=str(ctx.workdir / "tvm_ffi"),
+    )  # fmt: skip
+    launch, x, y, n = module.launch, ctx.x, ctx.y, ctx.n
+    call = lambda: launch(x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="tvm_ffi.cpp.load_inline: CubinKernel.Launch of the embedded cubin, torch tensors in, no checks")
 
 
 _TORCH_OPS: dict[str, Any] = {}  # an operator name can be registered once per process
@@ -536,16 +655,24 @@ def cuda_graph(ctx: Context) -> Timed:
 LAUNCHERS: list[Entry] = [
     Entry("c_floor", "C loop calling cuLaunchKernel (the floor)", "floor", c_floor),
     Entry("lp_triton", "launchpad Kernel.launch, Triton cubin", "launchpad", lp_triton),
+    Entry("lp_triton_getitem", "launchpad k[grid](...), Triton cubin", "launchpad", lp_triton_getitem),
     Entry("lp_cpp", "launchpad Kernel.launch, C++ (compile_cuda)", "launchpad", lp_cpp),
     Entry("lp_numba", "launchpad Kernel.launch, Numba (from_numba)", "launchpad", lp_numba),
     Entry("lp_numba_getitem", "launchpad k[grid, block](...), Numba", "launchpad", lp_numba_getitem),
     Entry("lp_bound", "launchpad bound launch (Kernel.bind, C++)", "launchpad", lp_bound),
+    Entry("lp_triton_py", "launchpad Kernel.launch, Triton cubin, Python executor", "launchpad", lp_triton_py),
+    Entry("lp_cpp_py", "launchpad Kernel.launch, C++, Python executor", "launchpad", lp_cpp_py),
+    Entry("lp_numba_getitem_py", "launchpad k[grid, block](...), Numba, Python executor", "launchpad", lp_numba_getitem_py),
+    Entry("lp_bound_py", "launchpad bound launch, Python executor", "launchpad", lp_bound_py),
+    Entry("lp_triton_launcher_py", "launchpad.triton_launcher(fn)[grid], Python executor", "launchpad", lp_triton_launcher_py),
     Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_triton_launcher),
     Entry("lp_torch_op", "launchpad.torch_op operator, C++ (torch dispatcher)", "launchpad", lp_torch_op),
     Entry("triton_jit", "Triton fn[grid](...)", "peer", triton_jit),
     Entry("triton_compiled", "Triton CompiledKernel[grid](...)", "peer", triton_compiled),
     Entry("triton_bare", "Triton bare launcher compiled.run(...)", "peer", triton_bare),
     Entry("cuda_core", "cuda.core launch(stream, config, kernel, ...)", "peer", cuda_core),
+    Entry("torch_static", "torch inductor static Triton launcher", "peer", torch_static),
+    Entry("tvm_ffi", "tvm-ffi cubin launcher (load_inline)", "peer", tvm_ffi),
     Entry("cupy", "CuPy RawKernel", "peer", cupy_raw),
     Entry("numba_devarray", "Numba dispatcher, device arrays", "peer", numba_devarray),
     Entry("numba_torch", "Numba dispatcher, torch tensors", "peer", numba_torch),
@@ -579,7 +706,7 @@ def sweep_entries(k: int) -> list[Entry]:
 
         s, t = ctx.sweep(k), ctx.sweep_triton(k)
         kernel = launchpad.from_triton(t.compiled)
-        args = user_args(kernel, (*s.ptrs, SWEEP_N, SWEEP_N), constexprs=1)
+        args = (*s.ptrs, SWEEP_N)
         call = lambda: kernel.launch(1, None, *args)
         ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
         return Timed(call)
@@ -615,9 +742,17 @@ def sweep_entries(k: int) -> list[Entry]:
         ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
         return Timed(call)
 
+    def cpp_py(ctx: Context) -> Timed:
+        s, kernel = ctx.sweep(k), _python_executor(ctx.sweep_cpp(k))
+        args = (*s.ptrs, SWEEP_N)
+        call = lambda: kernel.launch(1, SWEEP_N, *args)
+        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
+        return Timed(call)
+
     return [
         Entry("c_floor", "C loop calling cuLaunchKernel (the floor)", "floor", floor),
         Entry("lp_cpp", "launchpad Kernel.launch, C++", "launchpad", cpp),
+        Entry("lp_cpp_py", "launchpad Kernel.launch, C++, Python executor", "launchpad", cpp_py),
         Entry("lp_triton", "launchpad Kernel.launch, Triton cubin", "launchpad", lp_tri),
         Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_tl),
         Entry("triton_jit", "Triton fn[grid](...)", "peer", jit),

@@ -289,25 +289,26 @@ def pointer_device(address: int) -> int | None:
 
 # --- launching ----------------------------------------------------------------------------------
 
-_entry_points: tuple[int, int] | None = None
+_entry_points: tuple[int, int, int] | None = None
 
 
-def launch_entry_points() -> tuple[int, int]:
-    """The addresses of ``cuLaunchKernel`` and ``cuLaunchKernelEx`` (``cuGetProcAddress``), which the
-    compiled executor calls directly: it needs no CUDA headers or libraries to be built."""
+def launch_entry_points() -> tuple[int, int, int]:
+    """The addresses of ``cuLaunchKernel``, ``cuLaunchKernelEx`` and ``cuCtxGetDevice``
+    (``cuGetProcAddress``), which the compiled executor calls directly: it needs no CUDA headers or
+    libraries to be built."""
     global _entry_points
     if _entry_points is None:
         init()
         flags = _cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
         found = []
-        for name in ("cuLaunchKernel", "cuLaunchKernelEx"):
+        for name in ("cuLaunchKernel", "cuLaunchKernelEx", "cuCtxGetDevice"):
             address = check(_cu.cuGetProcAddress(name.encode(), 12000, flags), f"cuGetProcAddress({name!r})")
             address = address[0] if isinstance(address, tuple) else address  # (pfn, symbolStatus)
             if not address:
                 raise CudaError(int(CUresult.CUDA_ERROR_NOT_FOUND), *error_text(CUresult.CUDA_ERROR_NOT_FOUND),
                                 f"cuGetProcAddress({name!r})")  # fmt: skip
             found.append(int(address))
-        _entry_points = (found[0], found[1])
+        _entry_points = (found[0], found[1], found[2])
     return _entry_points
 
 

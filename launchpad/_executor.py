@@ -23,6 +23,7 @@ import torch
 from . import _checks, _driver, _hooks, _pylaunch
 from ._spec import KernelSpec
 from ._types import POINTER_DTYPES, Param
+from .errors import LaunchpadError
 
 __all__ = ["Devices", "Executor", "build", "launch_path", "plan_ops"]
 
@@ -151,6 +152,11 @@ class Executor:
     def launch(self) -> Callable[..., None]:
         return self.compiled if self.compiled is not None else self.python.launch
 
+    def forget(self) -> None:
+        """Drop what the compiled executor keeps of the last launch (its device entry)."""
+        if self.compiled is not None:
+            self.compiled.forget()
+
     def configure(self, grid: Any, block: Any, options: dict) -> Callable[..., None]:
         """The ``kernel[grid, block]`` callable."""
         if self.compiled is not None:
@@ -216,11 +222,13 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
     ``compiled`` is False or :func:`launch_path` says it is unavailable."""
     devices = devices or Devices()
     python = _pylaunch.build(spec, loader, devices)
-    get_device = python.launch.__globals__["_get_device"]  # the generated code's: names the kernel without CUDA
     hooks = _hooks.for_spec(spec, loader)
     if hooks is not None:
         python.launch = hooks.wrap(python.launch)
-    use = launch_path()[0] == "compiled" if compiled is None else compiled
+    path, why = launch_path()
+    use = path == "compiled" if compiled is None else compiled
+    if use and _claunch is None:
+        raise LaunchpadError(f"kernel {spec.display_name!r}: the compiled executor is unavailable: {why}")
     launcher = None
     if use:
         ctx = _checks.Context(spec.display_name, spec.params, spec.args)
@@ -241,7 +249,7 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
             count,
             (plan.block, plan.shared_mem, plan.grid_scale, plan.cluster, plan.cluster_spread, plan.cooperative,
              plan.pdl, plan.oversized_shared),
-            loader.entries, loader.entry, python.launch, get_device, stream,
+            loader.entries, loader.entry, python.launch, python.get_device, stream,
             _checks.scratch, _checks.same_value, loader.coresident_blocks, ctx, hooks.check if hooks else None,
             _exchange_api_types(),
         )  # fmt: skip

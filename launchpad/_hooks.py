@@ -5,13 +5,15 @@ set) are the one case today. A front end registers a factory that, for a spec of
 an object with:
 
 ``check``
-    ``(obj, name, ...)``: the attributes of ``obj`` the compiled executor polls per launch; each
-    None (or a hook chain whose ``calls`` list is empty) means unset, and then the launch takes
-    the fast path with nothing more done. When one is set, the launch goes to the Python executor.
+    ``(dict, names, calls)``: what the compiled executor polls per launch. A hook is set when the
+    dict (the ``__dict__`` of the object that holds the hooks) has it and it is not None (a hook
+    chain: its ``calls`` list not empty), or else when the class's hook chain (its ``calls`` list
+    given in ``calls``, None if the class holds none) has calls. Unset, the launch takes the fast
+    path with nothing more done; set, it goes to the Python executor.
 ``wrap(launch)``
     The Python executor's launch with the hooks called around it when they are set.
 
-So an unset hook costs the compiled executor two attribute reads, and a set one works in both.
+So an unset hook costs the compiled executor two dict lookups, and a set one works in both.
 """
 
 from __future__ import annotations

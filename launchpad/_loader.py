@@ -24,8 +24,10 @@ from .errors import ArgumentError, BinaryError, CudaError, NoDeviceError, OutOfR
 
 __all__ = ["LoadedModule", "Loader"]
 
-# The fields of an entry tuple, by index (the compiled executor reads the same positions).
-E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT, E_ADDRESS, E_LAUNCH, E_LAUNCH_EX, E_MODULE = range(7)
+# The fields of an entry tuple, by index (the compiled executor reads the same positions): the
+# function (cuda.bindings), its limits, its address, the driver's launch entry points and the
+# current-device query the compiled executor calls, and the module the entry keeps loaded.
+E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT, E_ADDRESS, E_LAUNCH, E_LAUNCH_EX, E_CTX_DEVICE, E_MODULE = range(8)
 
 #: Driver results of loading a module that mean the image itself cannot be used on the device.
 _IMAGE_ERRORS = frozenset({
@@ -92,8 +94,8 @@ class Loader:
             return self._set_entry(device, module, max_threads, limit)
 
     def _set_entry(self, device: int, module: LoadedModule, max_threads: int, limit: int) -> tuple:
-        launch, launch_ex = _driver.launch_entry_points()
-        entry = (module.function, max_threads, limit, int(module.function), launch, launch_ex, module)
+        launch, launch_ex, ctx_get_device = _driver.launch_entry_points()
+        entry = (module.function, max_threads, limit, int(module.function), launch, launch_ex, ctx_get_device, module)
         self.entries[device] = entry
         return entry
 

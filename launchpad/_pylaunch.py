@@ -58,6 +58,7 @@ class PythonLaunch:
     full: Callable[..., Any]
     prepare: Callable[..., tuple]
     source: str
+    get_device: Callable[[], int]  # the current device as the generated code asks it
 
 
 def _torch_dtype(param: Param) -> torch.dtype | None:
@@ -156,7 +157,7 @@ def build(spec: KernelSpec, runtime: Any, devices: Any) -> PythonLaunch:
     weakref.finalize(functions["launch"], linecache.cache.pop, filename, None)
     full = _binder(spec, ctx, functions["_full"])
     functions["launch"].__globals__["_full"] = full  # launch hands keywords to the binder
-    return PythonLaunch(functions["launch"], full, functions["_prepare"], source)
+    return PythonLaunch(functions["launch"], full, functions["_prepare"], source, w.names["_get_device"])
 
 
 def _binder(spec: KernelSpec, ctx: Context, full: Callable[..., Any]) -> Callable[..., Any]:

@@ -38,6 +38,15 @@ class Kernel:
     :func:`launchpad.from_numba`, :func:`launchpad.load`, or from a
     :class:`~launchpad.KernelSpec`. The image is loaded into a device on the first launch there.
 
+    Parameters
+    ----------
+    spec : KernelSpec
+        The kernel.
+    compiled : bool, optional
+        Which executor launches it: the compiled one (True), the Python one (False), or the
+        compiled one where it is built and not switched off by ``LAUNCHPAD_PYTHON_LAUNCH=1``
+        (None, the default). Both give the same launches and errors.
+
     Attributes
     ----------
     spec : KernelSpec
@@ -48,13 +57,13 @@ class Kernel:
         how the arguments map onto it, what every launch fixes, the binary and front-end facts.
     """
 
-    def __init__(self, spec: KernelSpec):
+    def __init__(self, spec: KernelSpec, *, compiled: bool | None = None):
         if not isinstance(spec, KernelSpec):
             raise TypeError(f"Kernel(spec) takes a launchpad.KernelSpec, got {type(spec).__name__}")
         self.spec = spec
         self._loader = Loader(spec)
         self._context = Context(spec.display_name, spec.params, spec.args)
-        self._executor = _executor.build(spec, self._loader)
+        self._executor = _executor.build(spec, self._loader, compiled=compiled)
         # The instance attribute shadows the documented method below: one call, no extra frame.
         self.launch = self._executor.launch
         self._configs: dict[Any, Callable[..., None]] = {}
@@ -220,6 +229,7 @@ class Kernel:
         dropped. A launch after ``close`` loads the kernel again.
         """
         self._loader.unload()
+        self._executor.forget()
 
     def __enter__(self) -> Kernel:
         return self

@@ -119,8 +119,9 @@ class FakeGPU:
             patch.setattr(loader, "raise_shared", raise_shared)
             patch.setattr(loader, "launch_ex", self.launch_ex)
             patch.setattr(loader, "coresident_blocks", lambda dev, threads, smem: 1 << 20)
+        # no cuCtxGetDevice (0): the compiled executor asks the fake device function
         entry = (function, max_threads, shared_limit, function, ctypes.cast(self._c_launch, ctypes.c_void_p).value,
-                 ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, None)  # fmt: skip
+                 ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, 0, None)  # fmt: skip
         patch.setitem(loader.entries, device, entry)
         devices = _executor.Devices(lambda: device, lambda dev: stream, self.cu_launch)
         executor = _executor.build(kernel.spec, loader, devices, compiled=self.executor == "compiled")

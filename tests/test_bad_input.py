@@ -1208,7 +1208,8 @@ def test_a_binary_the_device_can_run_reaches_the_driver(loadable, monkeypatch):
     loaded = []
     monkeypatch.setattr(_driver, "load_function", lambda image, name, device: loaded.append(device) or ("m", 0xF))
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: 1024 if name == "max_threads_per_block" else 48 * 1024)
-    monkeypatch.setattr(_driver, "launch_entry_points", lambda: (1, 2))
+    monkeypatch.setattr(_driver, "launch_entry_points", lambda: (1, 2, 3))
+    monkeypatch.setattr(_driver, "unload_module", lambda module, device: None)  # "m" is no real module
     loadable.load(0)
     assert loaded == [0]
     loadable._loader.entries.clear()  # "m" is no module for the real driver to unload later

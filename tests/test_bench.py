@@ -194,7 +194,7 @@ def test_set_up_reports_missing_and_wrong_launchers():
     assert results["a"]["status"] == "ok" and results["a"]["note"] == "fine"
     assert results["cupy"] == {"key": "cupy", "label": "CuPy", "group": "peer", "status": "missing",
                                "reason": "cupy: ModuleNotFoundError: No module named 'cupy'"}  # fmt: skip
-    assert results["lp"]["status"] == "missing"
+    assert results["lp"]["status"] == "error"  # launchpad failing is never "missing"
     assert results["lp"]["reason"] == "NotImplementedError: launchpad.from_triton is being written"
     assert results["w"]["status"] == "error" and "differ from torch" in results["w"]["reason"]
     assert any("CuPy" in line and "missing: cupy" in line for line in lines)
@@ -231,7 +231,8 @@ def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float
     if launch is not None:
         results = {k: _record(k, [v], groups[k]) for k, v in launch.items()}
         for k, why in (missing or {}).items():
-            results[k] = {"key": k, "label": k, "group": groups[k], "status": "missing", "reason": why}
+            status = "error" if groups[k] == "launchpad" else "missing"
+            results[k] = {"key": k, "label": k, "group": groups[k], "status": status, "reason": why}
         harness.add_ratios(results, "c_floor")
         report["launch"] = {"floor": "c_floor", "results": results}
     if sweep32 is not None:
@@ -249,50 +250,62 @@ def by_prefix(report: dict, prefix: str) -> targets.TargetResult:
 
 
 GOOD_LAUNCH = {
-    "c_floor": 3690, "lp_triton": 3900, "lp_bound": 3750, "lp_numba": 4000, "lp_triton_launcher": 4500,
-    "triton_jit": 9970, "triton_bare": 4440, "cuda_core": 4050, "numba_devarray": 22600, "numba_torch": 54400,
-    "torch_mul": 5140,
+    "c_floor": 3690, "lp_triton": 3900, "lp_triton_getitem": 3950, "lp_cpp": 3880, "lp_bound": 3750,
+    "lp_numba": 4000, "lp_numba_getitem": 4100, "lp_triton_launcher": 4500, "triton_jit": 11970,
+    "triton_bare": 4440, "cuda_core": 4050, "torch_static": 4200, "tvm_ffi": 4300, "numba_devarray": 22600,
+    "numba_torch": 54400, "torch_mul": 5140,
 }  # fmt: skip
 
 
 def test_targets_pass_on_good_figures():
     report = make_report(
         GOOD_LAUNCH,
-        sweep32={"c_floor": 8100, "lp_triton": 9000, "lp_cpp": 8500, "triton_bare": 11500},
+        sweep32={"c_floor": 8100, "lp_triton": 15000, "triton_bare": 23000},
         compile_s={"nvrtc_small": 0.07, "cache_hit": 0.012, "import_launchpad": 0.05},
     )
     results = targets.evaluate(report)
     assert [t.status for t in results] == ["PASS"] * len(targets.TARGETS), results
-    first = by_prefix(report, "Kernel.launch, 3-param")
-    assert first.measured == "1.057x floor; fastest peer (cuda_core) 1.04x slower"
+    first = by_prefix(report, "Kernel.launch, 3-arg")
+    assert first.measured == (
+        "1.057x floor (limit 1.10x); 1.14x faster than triton_bare; 1.04x faster than cuda_core; "
+        "1.08x faster than torch_static; 1.10x faster than tvm_ffi"
+    )
 
 
 def test_targets_fail_on_each_bound():
-    # launch just above 1.08x floor
-    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_triton=3990)), "Kernel.launch, 3-param").status == "FAIL"
-    # below 1.08x but a peer is faster
-    assert by_prefix(make_report(dict(GOOD_LAUNCH, cuda_core=3800)), "Kernel.launch, 3-param").status == "FAIL"
-    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_bound=3805)), "bound launch").status == "FAIL"
-    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_triton_launcher=5000)), "triton_launcher").status == "FAIL"
+    # just above 1.10x floor
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_triton=4070)), "Kernel.launch, 3-arg").status == "FAIL"
+    # below 1.10x but a peer is faster
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, tvm_ffi=3800)), "Kernel.launch, 3-arg").status == "FAIL"
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_triton_getitem=4100)), "k[grid], 3-arg").status == "FAIL"
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_bound=3880)), "bound launch").status == "FAIL"  # 1.0515x
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_triton_launcher=5600)), "triton_launcher").status == "FAIL"
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, triton_jit=11000)), "triton_launcher").status == "FAIL"  # 2.4x
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_numba_getitem=4800)), "Numba kernel k[grid").status == "FAIL"
+    assert by_prefix(make_report(dict(GOOD_LAUNCH, lp_cpp=4100)), "C++ kernel, 3 args").status == "FAIL"
     numba = make_report(dict(GOOD_LAUNCH, lp_numba=8000))
     assert by_prefix(numba, "Numba via launchpad: >= 3x").status == "FAIL"  # 22600 / 8000 = 2.8
     assert by_prefix(numba, "Numba via launchpad: >= 6x").status == "PASS"  # 54400 / 8000 = 6.8
-    too_slow = make_report(sweep32={"c_floor": 8000, "lp_triton": 9700, "lp_cpp": 9000, "triton_bare": 11000})
-    assert by_prefix(too_slow, "32 pointer args, Kernel.launch (Triton").status == "FAIL"  # 1.21x floor
-    assert by_prefix(too_slow, "32 pointer args, Kernel.launch (C++)").status == "FAIL"  # only 1.22x faster
+    too_slow = make_report(sweep32={"c_floor": 8000, "lp_triton": 16100, "triton_bare": 30000})
+    assert by_prefix(too_slow, "32 tensor args").status == "FAIL"  # 2.01x floor
+    not_ahead = make_report(sweep32={"c_floor": 8000, "lp_triton": 15000, "triton_bare": 22000})
+    assert by_prefix(not_ahead, "32 tensor args").status == "FAIL"  # only 1.47x faster
     slow = make_report(compile_s={"nvrtc_small": 0.16, "cache_hit": 0.021, "import_launchpad": 0.151})
     assert [by_prefix(slow, p).status for p in ("NVRTC", "disk-cache", "import")] == ["FAIL"] * 3
 
 
-def test_targets_not_applicable_say_why():
+def test_targets_fail_with_the_error_when_launchpad_fails_and_are_na_only_for_what_was_not_run():
     report = make_report(
         {k: v for k, v in GOOD_LAUNCH.items() if k != "lp_triton"},
         missing={"lp_triton": "NotImplementedError: launchpad.from_triton is being written"},
     )
-    t = by_prefix(report, "Kernel.launch, 3-param")
-    assert t.status == "N/A" and "from_triton is being written" in t.detail
+    t = by_prefix(report, "Kernel.launch, 3-arg")
+    assert t.status == "FAIL" and "from_triton is being written" in t.detail
     assert by_prefix(report, "bound launch").status == "PASS"
     assert by_prefix(report, "NVRTC").status == "N/A" and "not measured" in by_prefix(report, "NVRTC").detail
+    no_peer = make_report({k: v for k, v in GOOD_LAUNCH.items() if k != "tvm_ffi"}, missing={"tvm_ffi": "no tvm-ffi"})
+    t = by_prefix(no_peer, "Kernel.launch, 3-arg")
+    assert t.status == "PASS" and "no tvm-ffi" in t.detail  # a peer absent here is said, not fatal
     no_floor = make_report({k: v for k, v in GOOD_LAUNCH.items() if k != "c_floor"}, missing={"c_floor": "no gcc"})
     assert by_prefix(no_floor, "bound launch").status == "N/A" and "no gcc" in by_prefix(no_floor, "bound launch").detail
 

@@ -74,3 +74,19 @@ def test_close_unloads_now_and_a_later_launch_loads_again(cubin, unloaded):
     k._loader.modules[0] = LoadedModule("module-0b", "function-0b", 0)  # loaded again by a launch
     del k
     assert unloaded[-1] == ("module-0b", 0)
+
+
+def test_close_unloads_what_the_last_launch_kept(cubin, unloaded, executor, monkeypatch):
+    """The compiled executor keeps the entry of its last launch (to skip re-reading it): close()
+    makes it let go too, so the module goes at once."""
+    k = lp.load_cubin(cubin, "scale", signature="*fp32, *fp32, fp32, i32")
+    gpu = FakeGPU(monkeypatch, executor)
+    gpu.install(k)
+    module = LoadedModule("module-0", "function-0", -1)
+    k._loader.entries[-1] = (*k._loader.entries[-1][:7], module)  # the entry holds its module
+    k._loader.modules[-1] = module
+    del module
+    k.launch(1, 32, 0, 0, 1.0, 4)
+    assert len(gpu.launches) == 1 and unloaded == []
+    k.close()
+    assert unloaded == [("module-0", -1)]

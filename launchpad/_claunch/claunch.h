@@ -50,6 +50,7 @@ typedef struct {
 typedef CUresult (*LaunchFn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
                              unsigned int, unsigned int, CUstream, void **, void **);
 typedef CUresult (*LaunchExFn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*CtxGetDeviceFn)(int *);
 
 enum {
     LP_ATTR_COOPERATIVE = 2,
@@ -163,9 +164,20 @@ typedef struct {
     PyObject *same_value;       /* (a, b) -> bool */
     PyObject *coresident;       /* (device, threads, shared) -> int */
     PyObject *ctx;              /* the kernel's checks context, for converters */
-    PyObject *hooks;            /* NULL, or (knobs object, enter name, exit name): armed hooks go to Python */
+    /* launch hooks (NULL: none): the dict of the object holding them, their names, and the
+     * ``calls`` lists of the hook chains its class holds (None where the class holds none); a
+     * set hook sends the launch to Python */
+    PyObject *hooks_dict, *hook_names, *hook_calls;
     PyObject *tensor_types;     /* tuple: the tensor classes read through DLPack (torch.Tensor, Parameter) */
     const DLPackExchangeAPI *api;
+    /* the driver's current-device query, from the first entry that gives it; NULL: get_device */
+    CtxGetDeviceFn ctx_get_device;
+    /* the last entry read, and what it says (read under the GIL, copied before it is released) */
+    PyObject *entry;
+    CUfunction function;
+    long max_threads, shared_limit;
+    LaunchFn launch;
+    LaunchExFn launch_ex;
     PyObject *weakreflist;
 } Launcher;
 
@@ -207,5 +219,19 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
 /* launcher.c: hand a call to the Python executor (kw names and values follow the positional ones). */
 PyObject *lp_fallback(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *stream, PyObject *shared_mem);
+
+/* Compiled with -DLP_PROFILE (LAUNCHPAD_CFLAGS), lp_launch accumulates the nanoseconds of each of
+ * its steps, which _claunch._profile() returns and resets: how benchmarks/breakdown.py finds where
+ * a launch's time goes. Without it, LP_MARK compiles to nothing. */
+#ifdef LP_PROFILE
+#define LP_STEPS 10
+extern unsigned long long lp_profile_ns[LP_STEPS], lp_profile_calls;
+unsigned long long lp_now_ns(void);
+#define LP_MARK(step) (lp_profile_ns[step] += lp_now_ns())
+#define LP_UNMARK(step) (lp_profile_ns[step] -= lp_now_ns())
+#else
+#define LP_MARK(step) ((void)0)
+#define LP_UNMARK(step) ((void)0)
+#endif
 
 #endif

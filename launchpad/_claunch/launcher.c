@@ -131,7 +131,16 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->same_value = Py_NewRef(same_value);
     self->coresident = Py_NewRef(coresident);
     self->ctx = Py_NewRef(ctx);
-    self->hooks = hooks == Py_None ? NULL : Py_NewRef(hooks);
+    if (hooks != Py_None) {
+        PyObject *dict, *hook_names, *hook_calls;
+        if (!PyArg_ParseTuple(hooks, "O!O!O!", &PyDict_Type, &dict, &PyTuple_Type, &hook_names, &PyTuple_Type,
+                              &hook_calls) ||
+            PyTuple_GET_SIZE(hook_names) != PyTuple_GET_SIZE(hook_calls))
+            goto fail_hooks;
+        self->hooks_dict = Py_NewRef(dict);
+        self->hook_names = Py_NewRef(hook_names);
+        self->hook_calls = Py_NewRef(hook_calls);
+    }
     self->tensor_types = Py_NewRef(tensor_types);
     self->api = PyTuple_GET_SIZE(tensor_types) ? lp_exchange_api(PyTuple_GET_ITEM(tensor_types, 0)) : NULL;
     if (self->api == NULL && self->get_stream == NULL) {
@@ -184,6 +193,8 @@ static PyObject *Launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         }
     }
     return (PyObject *)self;
+fail_hooks:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "hooks must be (dict, names, calls lists)");
 fail:
     Py_DECREF(self);
     return NULL;
@@ -199,8 +210,11 @@ static int Launcher_traverse(Launcher *self, visitproc visit, void *arg) {
     Py_VISIT(self->same_value);
     Py_VISIT(self->coresident);
     Py_VISIT(self->ctx);
-    Py_VISIT(self->hooks);
+    Py_VISIT(self->hooks_dict);
+    Py_VISIT(self->hook_names);
+    Py_VISIT(self->hook_calls);
     Py_VISIT(self->tensor_types);
+    Py_VISIT(self->entry);
     for (Py_ssize_t i = 0; i < self->nops; i++) {
         Py_VISIT(self->ops[i].obj);
         Py_VISIT(self->ops[i].arg);
@@ -218,8 +232,11 @@ static int Launcher_clear(Launcher *self) {
     Py_CLEAR(self->same_value);
     Py_CLEAR(self->coresident);
     Py_CLEAR(self->ctx);
-    Py_CLEAR(self->hooks);
+    Py_CLEAR(self->hooks_dict);
+    Py_CLEAR(self->hook_names);
+    Py_CLEAR(self->hook_calls);
     Py_CLEAR(self->tensor_types);
+    Py_CLEAR(self->entry);
     for (Py_ssize_t i = 0; i < self->nops; i++) {
         Py_CLEAR(self->ops[i].obj);
         Py_CLEAR(self->ops[i].arg);
@@ -255,41 +272,52 @@ static int read_dims(PyObject *obj, unsigned int out[3], const unsigned int max[
     return LP_OK;
 }
 
+/* What the device's entry says: (function, max threads, shared limit, function address,
+ * cuLaunchKernel, cuLaunchKernelEx, cuCtxGetDevice, module), parsed when the entry is new (the
+ * first launch, a raised shared-memory limit, a reload) and kept with it until the next. */
 static int read_entry(Launch *L, PyObject *entry) {
-    /* (function, max_threads, shared_limit, function address, cuLaunchKernel, cuLaunchKernelEx, module) */
-    if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 6) return LP_FALLBACK;
-    L->max_threads = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
-    L->shared_limit = PyLong_AsLong(PyTuple_GET_ITEM(entry, 2));
-    L->function = (CUfunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 3));
-    L->launch = (LaunchFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 4));
-    L->launch_ex = (LaunchExFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 5));
-    if (PyErr_Occurred() || L->launch == NULL || L->launch_ex == NULL) {
-        PyErr_Clear();
-        return LP_FALLBACK;
+    Launcher *self = L->self;
+    if (entry != self->entry) {
+        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 7) return LP_FALLBACK;
+        long max_threads = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
+        long shared_limit = PyLong_AsLong(PyTuple_GET_ITEM(entry, 2));
+        CUfunction function = (CUfunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 3));
+        LaunchFn launch = (LaunchFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 4));
+        LaunchExFn launch_ex = (LaunchExFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 5));
+        CtxGetDeviceFn ctx_get_device = (CtxGetDeviceFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 6));
+        if (PyErr_Occurred() || launch == NULL || launch_ex == NULL) {
+            PyErr_Clear();
+            return LP_FALLBACK;
+        }
+        Py_XSETREF(self->entry, Py_NewRef(entry));
+        self->function = function, self->launch = launch, self->launch_ex = launch_ex;
+        self->max_threads = max_threads, self->shared_limit = shared_limit;
+        if (ctx_get_device != NULL) self->ctx_get_device = ctx_get_device;
     }
+    L->function = self->function, L->launch = self->launch, L->launch_ex = self->launch_ex;
+    L->max_threads = self->max_threads, L->shared_limit = self->shared_limit;
     return LP_OK;
 }
 
-/* Whether a Triton launch hook is set (launch_enter_hook / launch_exit_hook): None, or an empty
- * HookChain (its ``calls`` list), is unset. */
+/* Whether a launch hook is set: an entry of the hooks' dict that is not None (a hook chain: its
+ * ``calls`` list not empty), or else the class's hook chain with calls. */
 static int hooks_armed(Launcher *self) {
-    for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(self->hooks); i++) {
-        PyObject *hook = PyObject_GetAttr(PyTuple_GET_ITEM(self->hooks, 0), PyTuple_GET_ITEM(self->hooks, i));
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->hook_names); i++) {
+        PyObject *hook = PyDict_GetItemWithError(self->hooks_dict, PyTuple_GET_ITEM(self->hook_names, i));
         if (hook == NULL) {
-            PyErr_Clear();
-            return 1;
-        }
-        int armed = hook != Py_None;
-        if (armed) {
-            PyObject *calls = PyObject_GetAttr(hook, lp_str_calls);
-            if (calls != NULL) {
-                armed = !PyList_CheckExact(calls) || PyList_GET_SIZE(calls) > 0;
-                Py_DECREF(calls);
-            } else {
+            if (PyErr_Occurred()) {
                 PyErr_Clear();
+                return 1;
             }
+            PyObject *calls = PyTuple_GET_ITEM(self->hook_calls, i);
+            if (PyList_CheckExact(calls) && PyList_GET_SIZE(calls) > 0) return 1;
+            continue;
         }
-        Py_DECREF(hook);
+        if (hook == Py_None) continue;
+        PyObject *calls = PyObject_GetAttr(hook, lp_str_calls);
+        int armed = calls == NULL || !PyList_CheckExact(calls) || PyList_GET_SIZE(calls) > 0;
+        Py_XDECREF(calls);
+        PyErr_Clear();
         if (armed) return 1;
     }
     return 0;
@@ -351,13 +379,27 @@ static int attributes_needed(const Launcher *self, unsigned int shared_mem) {
 PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *stream, PyObject *shared_mem) {
     if (nargs < self->nargs_min || nargs > self->nargs_max) goto fallback;
+#ifdef LP_PROFILE
+    lp_profile_calls++;
+#endif
+    LP_UNMARK(0);
     Launch L;
     memset(&L, 0, sizeof L);
     L.self = self;
     int status = LP_FALLBACK;
     long v;
 
-    PyObject *device = PyObject_CallNoArgs(self->get_device);
+    /* torch's current device is the current context's: the driver's query is the cheap one; with
+     * no context (a fresh thread) or none known yet, torch's own */
+    int ordinal;
+    PyObject *device;
+    if (self->ctx_get_device != NULL && self->ctx_get_device(&ordinal) == 0) {
+        device = PyLong_FromLong(ordinal);
+    } else {
+        device = PyObject_CallNoArgs(self->get_device);
+    }
+    LP_MARK(0);
+    LP_UNMARK(1);
     if (device == NULL || lp_small_int(device, -1, 1 << 16, &v) != LP_OK) {
         Py_XDECREF(device);
         PyErr_Clear();
@@ -373,6 +415,8 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     }
     Py_DECREF(device);
     if (L.entry == NULL || read_entry(&L, L.entry) != LP_OK) goto done;
+    LP_MARK(1);
+    LP_UNMARK(2);
 
     if (read_dims(grid, L.grid, MAX_GRID, 1) != LP_OK) goto done;  /* zero grids: Python's, which launches nothing */
     if (self->fixed_block[0]) {
@@ -394,6 +438,8 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     } else {
         goto done;
     }
+    LP_MARK(2);
+    LP_UNMARK(3);
     if (stream == NULL || stream == Py_None) {
         if (self->get_stream != NULL) {
             PyObject *dev = PyLong_FromLong(L.device);
@@ -424,14 +470,19 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     } else {
         goto done;
     }
-    if (self->hooks != NULL && hooks_armed(self)) goto done;
+    LP_MARK(3);
+    LP_UNMARK(4);
+    if (self->hooks_dict != NULL && hooks_armed(self)) goto done;
+    LP_MARK(4);
+    LP_UNMARK(5);
 
-    L.buffer = alloca(self->buffer_size ? self->buffer_size : 1);
-    memset(L.buffer, 0, self->buffer_size);
+    L.buffer = alloca(self->buffer_size ? self->buffer_size : 1);  /* the driver reads each parameter: pads unread */
     void **params = alloca((self->nparams ? self->nparams : 1) * sizeof(void *));
     for (Py_ssize_t i = 0; i < self->nparams; i++) params[i] = L.buffer + self->offsets[i];
     for (Py_ssize_t i = 0; i < self->nops; i++)
         if (lp_run_op(&L, &self->ops[i], args, nargs) != LP_OK) goto done;
+    LP_MARK(5);
+    LP_UNMARK(6);
 
     CUresult err = 0;
     if (attributes_needed(self, L.shared_mem)) {
@@ -447,9 +498,12 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     /* a failed launch did nothing: the Python executor repeats it, retries in the right context
      * or raises the CudaError naming the kernel */
     status = err == 0 ? LP_OK : LP_FALLBACK;
+    LP_MARK(6);
 done:
+    LP_UNMARK(7);
     for (int i = 0; i < L.nkeep; i++) Py_DECREF(L.keep[i]);
     Py_XDECREF(L.entry);
+    LP_MARK(7);
     if (status == LP_OK) Py_RETURN_NONE;
     PyErr_Clear();
 fallback:
@@ -601,7 +655,15 @@ static PyObject *Launcher_configure(Launcher *self, PyObject *args) {
     return (PyObject *)c;
 }
 
+static PyObject *Launcher_forget(Launcher *self, PyObject *unused) {
+    (void)unused;
+    Py_CLEAR(self->entry);  /* the module it holds is unloaded once nothing else holds it */
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef Launcher_methods[] = {
+    {"forget", (PyCFunction)Launcher_forget, METH_NOARGS,
+     "forget(): drop the entry kept from the last launch (Kernel.close)."},
     {"configure", (PyCFunction)Launcher_configure, METH_VARARGS,
      "configure(grid, block, stream, shared_mem): the kernel[grid, block] callable (None: not given)."},
     {NULL, NULL, 0, NULL},

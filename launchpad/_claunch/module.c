@@ -19,8 +19,35 @@ static PyObject *dlpack_dtype(PyObject *module, PyObject *tensor) {
     return Py_BuildValue("(iii)", t.dtype.code, t.dtype.bits, t.dtype.lanes);
 }
 
+#ifdef LP_PROFILE
+#include <time.h>
+unsigned long long lp_profile_ns[LP_STEPS], lp_profile_calls;
+
+unsigned long long lp_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static PyObject *profile(PyObject *module, PyObject *unused) {
+    (void)module, (void)unused;
+    PyObject *steps = PyList_New(LP_STEPS);
+    if (steps == NULL) return NULL;
+    for (int i = 0; i < LP_STEPS; i++) {
+        PyList_SET_ITEM(steps, i, PyLong_FromUnsignedLongLong(lp_profile_ns[i]));
+        lp_profile_ns[i] = 0;
+    }
+    PyObject *r = Py_BuildValue("(KN)", lp_profile_calls, steps);
+    lp_profile_calls = 0;
+    return r;
+}
+#endif
+
 static PyMethodDef module_methods[] = {
     {"dlpack_dtype", dlpack_dtype, METH_O, "dlpack_dtype(tensor) -> (code, bits, lanes) of its DLPack dtype."},
+#ifdef LP_PROFILE
+    {"_profile", profile, METH_NOARGS, "_profile() -> (launches, [ns per step]); resets (LP_PROFILE builds)."},
+#endif
     {NULL, NULL, 0, NULL},
 };
 

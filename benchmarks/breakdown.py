@@ -1,0 +1,118 @@
+"""Where a checked launch's time goes: launch variants that each leave one step out, timed in one
+run, interleaved, as differences to the C floor.
+
+Run on a GPU: ``python -m benchmarks.breakdown``. Each row is a launch (or a call) that differs
+from the one above it by one piece of work, so the difference between rows is that piece's cost:
+the bound launch is the driver call with the GIL released; a launch of a kernel with no parameters
+adds the per-launch fixed work (device, entry, grid and block, stream); the raw-pointer launch adds
+three scalar arguments; the tensor launch adds reading two tensors through DLPack; the Triton
+launch adds its constexpr check, two NULL scratch pointers and the launch-hook check.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import launchpad
+
+from .harness import Timed
+from .launchers import CPP_NAME, CPP_SOURCE, CFloor, Context, _ptr
+
+ROUNDS, BATCH = 40, 400
+
+
+def _time(calls: dict[str, Timed]) -> dict[str, float]:
+    """Median ns per call of each, batches interleaved round-robin."""
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    for timed in calls.values():
+        timed.run(BATCH)
+    torch.cuda.synchronize()
+    for r in range(ROUNDS):
+        keys = list(calls)[r % len(calls) :] + list(calls)[: r % len(calls)]
+        for key in keys:
+            t0 = time.perf_counter_ns()
+            calls[key].run(BATCH)
+            samples[key].append((time.perf_counter_ns() - t0) / BATCH)
+            torch.cuda.synchronize()
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+STEPS = ("current device", "device entry", "grid, block, shared memory", "stream", "launch hooks", "arguments",
+         "driver call (GIL released)", "release")  # fmt: skip
+
+
+def _profile_steps(launches: dict) -> None:
+    """With a profiling build of the compiled module (LAUNCHPAD_CFLAGS=-DLP_PROFILE): ns per step."""
+    from launchpad import _executor
+
+    profile = getattr(_executor._claunch, "_profile", None)
+    if profile is None:
+        return
+    print(f"{'ns per launch, by step':<30}" + "".join(f"{name[:14]:>15}" for name in launches))
+    rows = {}
+    for name, launch in launches.items():
+        for _ in range(2000):
+            launch()
+        torch.cuda.synchronize()
+        profile()
+        for _ in range(20000):
+            launch()
+        torch.cuda.synchronize()
+        count, steps = profile()
+        rows[name] = [ns / max(count, 1) for ns in steps]
+    for i, step in enumerate(STEPS):
+        print(f"{step:<30}" + "".join(f"{rows[name][i]:15.0f}" for name in launches))
+
+
+def main() -> int:
+    if not torch.cuda.is_available():
+        print("needs a GPU")
+        return 1
+    work = Path(tempfile.mkdtemp(prefix="lp_breakdown_"))
+    ctx = Context(work)
+    x, y, n = ctx.x, ctx.y, ctx.n
+    k = launchpad.compile_cuda(CPP_SOURCE, CPP_NAME)
+    empty = launchpad.compile_cuda('extern "C" __global__ void empty() {}', "empty")
+    floor = CFloor(work, ctx.device)
+    batch = floor.launcher(floor.load(k.image, k.name), 1, 1024, [_ptr(x), _ptr(y), __import__("ctypes").c_int32(n)],
+                           ctx.stream)  # fmt: skip
+    bound = k.bind(1, 1024, x, y, n)
+    t = ctx.triton()
+    tri = launchpad.from_triton(t.compiled)
+    raw_x, raw_y, stream = x.data_ptr(), y.data_ptr(), ctx.stream
+    get_device, get_stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
+    calls = {
+        "C floor (cuLaunchKernel in a C loop)": Timed(batch=batch),
+        "bound launch (driver call, GIL released)": Timed(bound),
+        "launch, no parameters (fixed per-launch work)": Timed(lambda: empty.launch(1, 1024)),
+        "launch, 3 scalars (raw pointers and n)": Timed(lambda: k.launch(1, 1024, raw_x, raw_y, n)),
+        "launch, 2 tensors and n (DLPack reads)": Timed(lambda: k.launch(1, 1024, x, y, n)),
+        "launch, 2 tensors and n, stream= given": Timed(lambda: k.launch(1, 1024, x, y, n, stream=stream)),
+        "Triton cubin launch (x, y, n; BLOCK built in)": Timed(lambda: tri.launch(1, None, x, y, n)),
+        "python: torch._C._cuda_getDevice()": Timed(lambda: get_device()),
+        "python: torch._C._cuda_getCurrentRawStream(0)": Timed(lambda: get_stream(0)),
+        "python: an empty lambda": Timed(lambda: None),
+    }
+    _profile_steps({"no parameters": lambda: empty.launch(1, 1024), "3 raw scalars": lambda: k.launch(1, 1024, raw_x, raw_y, n),
+                    "2 tensors and n": lambda: k.launch(1, 1024, x, y, n),
+                    "Triton cubin": lambda: tri.launch(1, None, x, y, n)})  # fmt: skip
+    medians = _time(calls)
+    base = medians["C floor (cuLaunchKernel in a C loop)"]
+    previous = None
+    print(f"launch path: {launchpad.launch_path()}, {torch.cuda.get_device_name()}")
+    print(f"{'variant':<50} {'ns':>8} {'x floor':>8} {'step':>8}")
+    for key, value in medians.items():
+        step = "" if previous is None or key.startswith("python") else f"{value - previous:+8.0f}"
+        print(f"{key:<50} {value:8.0f} {value / base:8.3f} {step:>8}")
+        previous = value
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
