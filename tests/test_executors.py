@@ -208,7 +208,7 @@ def test_each_unusual_call_goes_to_the_python_executor_and_plain_ones_do_not(spe
     }
 
     def wrong_dtype():
-        with pytest.raises(lp.ArgumentTypeError, match="expected a torch.float64 tensor"):
+        with pytest.raises(lp.ArgumentTypeError, match=r"expected a torch\.float64 tensor"):
             k.launch(1, 32, x, x, z, 5)
 
     for name, call in unusual.items():
