@@ -16,8 +16,15 @@ claunch = Extension(
     "launchpad._claunch",
     sources=[f"launchpad/_claunch/{name}" for name in SOURCES],
     depends=["launchpad/_claunch/claunch.h"],
-    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                        "-Wno-missing-field-initializers", *os.environ.get("LAUNCHPAD_CFLAGS", "").split()],
+    extra_compile_args=[
+        "-O2",
+        "-std=c11",
+        "-Wall",
+        "-Wextra",
+        "-Wno-unused-parameter",
+        "-Wno-missing-field-initializers",
+        *os.environ.get("LAUNCHPAD_CFLAGS", "").split(),
+    ],
     extra_link_args=os.environ.get("LAUNCHPAD_LDFLAGS", "").split(),
     optional=os.environ.get("LAUNCHPAD_REQUIRE_CLAUNCH") != "1",
 )

@@ -223,6 +223,7 @@ def measure_compile(*, arch: str, gpu: bool, repeats: int, load_inline: bool,
 
         _measure(results, "artifact_load", "load a saved artifact (launchpad.load)", artifact, log)
         if gpu:
+
             def artifact_device() -> dict[str, Any]:
                 if not path.exists():
                     raise Missing("no artifact (saving it failed)")
@@ -240,7 +241,9 @@ def measure_compile(*, arch: str, gpu: bool, repeats: int, load_inline: bool,
     if load_inline:
         _measure(results, "load_inline", "torch load_inline of the same kernel", lambda: _load_inline(arch), log)
     else:
-        results["load_inline"] = missing_record("torch load_inline of the same kernel", "not run (opt in with --load-inline)")
+        results["load_inline"] = missing_record(
+            "torch load_inline of the same kernel", "not run (opt in with --load-inline)"
+        )
     return results
 
 
@@ -302,7 +305,9 @@ def _load_inline(arch: str) -> dict[str, Any]:
             functions=["double_it_launch"], build_directory=d, verbose=False,
         )  # fmt: skip
         elapsed = time.perf_counter() - t0
-    return ok_record("torch load_inline of the same kernel", [elapsed], f"TORCH_CUDA_ARCH_LIST={arch_list}, fresh build dir")
+    return ok_record(
+        "torch load_inline of the same kernel", [elapsed], f"TORCH_CUDA_ARCH_LIST={arch_list}, fresh build dir"
+    )
 
 
 def measure_fresh_process(*, arch: str, repeats: int, cache_hit: bool,
@@ -351,8 +356,10 @@ def measure_fresh_process(*, arch: str, repeats: int, cache_hit: bool,
     results["import_launchpad"] = ok_record("import launchpad after import torch (fresh process)", imports)
     if cache_hit:
         label = "disk-cache hit in a fresh process (compile_cuda call)"
-        results["cache_hit"] = ok_record(label, hits, "arch given, so no driver call") if hits else missing_record(
-            label, hit_error or "no samples"
+        results["cache_hit"] = (
+            ok_record(label, hits, "arch given, so no driver call")
+            if hits
+            else missing_record(label, hit_error or "no samples")
         )
     for r in results.values():
         if r["status"] == "ok":

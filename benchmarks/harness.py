@@ -129,7 +129,11 @@ class Entry:
 
 
 def set_up(
-    entries: Iterable[Entry], context: Any, *, sync: Callable[[], None] = lambda: None, log: Callable[[str], None] = print
+    entries: Iterable[Entry],
+    context: Any,
+    *,
+    sync: Callable[[], None] = lambda: None,
+    log: Callable[[str], None] = print,
 ) -> tuple[list[Launcher], dict[str, dict[str, Any]]]:
     """Set up every launcher; return those that work and a result record for every entry.
 
@@ -303,9 +307,7 @@ def add_ratios(results: dict[str, dict[str, Any]], floor_key: str) -> None:
             if not stats.get("n"):
                 continue
             target = record if part == "stats" else record["e2e"]
-            target["ratio"] = (
-                {k: stats[k] / base for k in ("median", "p10", "p90")} if base else None
-            )
+            target["ratio"] = {k: stats[k] / base for k in ("median", "p10", "p90")} if base else None
 
 
 def record_samples(record: dict[str, Any], samples: list[float], error: str | None) -> None:
@@ -441,4 +443,3 @@ def write_png(path: Path, report: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return path
-

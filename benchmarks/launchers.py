@@ -303,7 +303,9 @@ class CFloor:
     """``cfloor.c`` compiled into a shared library at run time and loaded with ctypes."""
 
     def __init__(self, workdir: Path, device: int):
-        cc = shlex.split(os.environ.get("CC", "")) or [shutil.which("gcc") or shutil.which("cc") or shutil.which("clang") or ""]
+        cc = shlex.split(os.environ.get("CC", "")) or [
+            shutil.which("gcc") or shutil.which("cc") or shutil.which("clang") or ""
+        ]
         if not cc[0]:
             raise Missing("no host C compiler (gcc, cc or clang) on PATH to build the C floor")
         source = Path(__file__).with_name("cfloor.c")
@@ -339,7 +341,9 @@ class CFloor:
             raise Missing(f"C floor: cuModuleLoadData/cuModuleGetFunction({name!r}) failed: {self._error(err)}")
         return function.value
 
-    def launcher(self, function: int, grid: int, block: int, values: Sequence[Any], stream: int) -> Callable[[int], None]:
+    def launcher(
+        self, function: int, grid: int, block: int, values: Sequence[Any], stream: int
+    ) -> Callable[[int], None]:
         """A function issuing ``count`` launches of one prepacked launch from C."""
         params = (ctypes.c_void_p * max(len(values), 1))(*[ctypes.addressof(v) for v in values])
         launch, fn, s = self.lib.lp_launch, ctypes.c_void_p(function), ctypes.c_void_p(stream or None)
@@ -399,7 +403,9 @@ def lp_numba(ctx: Context) -> Timed:
     k, x, y, n = ctx.lp_numba(), ctx.x, ctx.y, ctx.n
     call = lambda: k.launch(1, 1024, x, y, n)
     ctx.verify(call)
-    return Timed(call, note=f"k = launchpad.from_numba(fn, {NUMBA_SIGNATURE!r}); k.launch(1, 1024, x, y, n), torch tensors")
+    return Timed(
+        call, note=f"k = launchpad.from_numba(fn, {NUMBA_SIGNATURE!r}); k.launch(1, 1024, x, y, n), torch tensors"
+    )
 
 
 def lp_numba_getitem(ctx: Context) -> Timed:
@@ -483,7 +489,9 @@ def torch_static(ctx: Context) -> Timed:
     stream, x, y, n = ctx.stream, ctx.x, ctx.y, ctx.n
     call = lambda: k.run(1, 1, 1, stream, x, y, n)
     ctx.verify(call)
-    return Timed(call, note="torch._inductor StaticallyLaunchedCudaKernel(compiled).run(1, 1, 1, stream, x, y, n): no checks")
+    return Timed(
+        call, note="torch._inductor StaticallyLaunchedCudaKernel(compiled).run(1, 1, 1, stream, x, y, n): no checks"
+    )
 
 
 TVM_FFI_SOURCE = r"""
@@ -522,7 +530,9 @@ def tvm_ffi(ctx: Context) -> Timed:
     launch, x, y, n = module.launch, ctx.x, ctx.y, ctx.n
     call = lambda: launch(x, y, n)
     ctx.verify(call)
-    return Timed(call, note="tvm_ffi.cpp.load_inline: CubinKernel.Launch of the embedded cubin, torch tensors in, no checks")
+    return Timed(
+        call, note="tvm_ffi.cpp.load_inline: CubinKernel.Launch of the embedded cubin, torch tensors in, no checks"
+    )
 
 
 _TORCH_OPS: dict[str, Any] = {}  # an operator name can be registered once per process
@@ -593,7 +603,9 @@ def cuda_core(ctx: Context) -> Timed:
     launch, stream, x, y, n32 = cc.launch, cc.stream, ctx.x, ctx.y, np.int32(ctx.n)
     call = lambda: launch(stream, config, kernel, x.data_ptr(), y.data_ptr(), n32)
     ctx.verify(call)
-    return Timed(call, note="launch(stream, LaunchConfig(grid=1, block=1024), kernel, x.data_ptr(), y.data_ptr(), np.int32(n))")
+    return Timed(
+        call, note="launch(stream, LaunchConfig(grid=1, block=1024), kernel, x.data_ptr(), y.data_ptr(), np.int32(n))"
+    )
 
 
 def cupy_raw(ctx: Context) -> Timed:
@@ -662,9 +674,16 @@ LAUNCHERS: list[Entry] = [
     Entry("lp_bound", "launchpad bound launch (Kernel.bind, C++)", "launchpad", lp_bound),
     Entry("lp_triton_py", "launchpad Kernel.launch, Triton cubin, Python executor", "launchpad", lp_triton_py),
     Entry("lp_cpp_py", "launchpad Kernel.launch, C++, Python executor", "launchpad", lp_cpp_py),
-    Entry("lp_numba_getitem_py", "launchpad k[grid, block](...), Numba, Python executor", "launchpad", lp_numba_getitem_py),
+    Entry(
+        "lp_numba_getitem_py", "launchpad k[grid, block](...), Numba, Python executor", "launchpad", lp_numba_getitem_py
+    ),
     Entry("lp_bound_py", "launchpad bound launch, Python executor", "launchpad", lp_bound_py),
-    Entry("lp_triton_launcher_py", "launchpad.triton_launcher(fn)[grid], Python executor", "launchpad", lp_triton_launcher_py),
+    Entry(
+        "lp_triton_launcher_py",
+        "launchpad.triton_launcher(fn)[grid], Python executor",
+        "launchpad",
+        lp_triton_launcher_py,
+    ),
     Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_triton_launcher),
     Entry("lp_torch_op", "launchpad.torch_op operator, C++ (torch dispatcher)", "launchpad", lp_torch_op),
     Entry("triton_jit", "Triton fn[grid](...)", "peer", triton_jit),

@@ -162,7 +162,9 @@ def sweep_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[
     for k in cfg.sweep_ks:
         log(f"argument sweep: {k} pointer argument{'s' if k > 1 else ''}")
         launchers, results = set_up([e for e in sweep_entries(k) if selected(e.key, patterns)], ctx, sync=sync, log=log)
-        samples, errors = measure(launchers, rounds=cfg.sweep_rounds, batch=cfg.sweep_batch, warmup=cfg.warmup, sync=sync)
+        samples, errors = measure(
+            launchers, rounds=cfg.sweep_rounds, batch=cfg.sweep_batch, warmup=cfg.warmup, sync=sync
+        )
         for lc in launchers:
             record_samples(results[lc.key], samples[lc.key], errors.get(lc.key))
         add_ratios(results, "c_floor")
@@ -177,7 +179,9 @@ def sweep_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[
     }
 
 
-def compile_section(sections: set[str], cfg: Config, arch: str, gpu: bool, log: Callable[[str], None]) -> dict[str, Any]:
+def compile_section(
+    sections: set[str], cfg: Config, arch: str, gpu: bool, log: Callable[[str], None]
+) -> dict[str, Any]:
     from .compile_times import measure_compile, measure_fresh_process
 
     results: dict[str, Any] = {}
@@ -186,7 +190,9 @@ def compile_section(sections: set[str], cfg: Config, arch: str, gpu: bool, log: 
         results.update(measure_compile(arch=arch, gpu=gpu, repeats=cfg.compile_repeats,
                                        load_inline=cfg.load_inline, log=log))  # fmt: skip
     log(f"fresh processes: {cfg.fresh_repeats} (+1 discarded)")
-    results.update(measure_fresh_process(arch=arch, repeats=cfg.fresh_repeats, cache_hit="compile" in sections, log=log))
+    results.update(
+        measure_fresh_process(arch=arch, repeats=cfg.fresh_repeats, cache_hit="compile" in sections, log=log)
+    )
     return results
 
 
@@ -234,9 +240,7 @@ def compile_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
 
 
 def targets_table(targets: list[dict[str, str]]) -> tuple[list[str], list[list[str]]]:
-    return ["target", "verdict", "measured"], [
-        [t["name"], t["status"], t["measured"] or t["detail"]] for t in targets
-    ]
+    return ["target", "verdict", "measured"], [[t["name"], t["status"], t["measured"] or t["detail"]] for t in targets]
 
 
 def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool) -> str:

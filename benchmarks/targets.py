@@ -49,7 +49,9 @@ def _median(record: dict[str, Any] | None, key: str, where: str) -> tuple[float,
         raise _NA(f"{key} not measured ({where} not run or filtered out)")
     value = median_of(record)
     if value is None:
-        raise _NA(f"{record.get('label', key)}: {record.get('status', 'missing')} ({record.get('reason', 'no samples')})")
+        raise _NA(
+            f"{record.get('label', key)}: {record.get('status', 'missing')} ({record.get('reason', 'no samples')})"
+        )
     return value, record.get("label", key)
 
 
@@ -81,7 +83,9 @@ def _ours(report: dict[str, Any], key: str, section: str = "launch", k: int | No
         raise
 
 
-def _launch_target(key: str, limit: float, peers: tuple[str, ...] = ()) -> Callable[[dict[str, Any]], tuple[str, str, str]]:
+def _launch_target(
+    key: str, limit: float, peers: tuple[str, ...] = ()
+) -> Callable[[dict[str, Any]], tuple[str, str, str]]:
     """``key`` within ``limit`` of the floor, and faster than each of ``peers`` measured in the run."""
 
     def evaluate_one(report: dict[str, Any]) -> tuple[str, str, str]:
@@ -103,7 +107,9 @@ def _launch_target(key: str, limit: float, peers: tuple[str, ...] = ()) -> Calla
     return evaluate_one
 
 
-def _speedup(fast: str, slow: str, factor: float, limit: float | None = None) -> Callable[[dict[str, Any]], tuple[str, str, str]]:
+def _speedup(
+    fast: str, slow: str, factor: float, limit: float | None = None
+) -> Callable[[dict[str, Any]], tuple[str, str, str]]:
     def evaluate_one(report: dict[str, Any]) -> tuple[str, str, str]:
         f = _ours(report, fast)
         s, slow_label = _launch(report, slow)

@@ -107,10 +107,16 @@ def main() -> None:
     except lp.ArgumentError as exc:
         print(f"refused before any driver call: {exc}")
 
-    print(f"Triton scaled_add[grid](...)        {per_launch_us(lambda: scaled_add[grid](x, y, out, n, 0.5, BLOCK=1024)):6.2f} us")
-    print(f"triton_launcher(scaled_add)[grid]   {per_launch_us(lambda: launcher[grid](x, y, out, n, 0.5, BLOCK=1024)):6.2f} us")
+    print(
+        f"Triton scaled_add[grid](...)        {per_launch_us(lambda: scaled_add[grid](x, y, out, n, 0.5, BLOCK=1024)):6.2f} us"
+    )
+    print(
+        f"triton_launcher(scaled_add)[grid]   {per_launch_us(lambda: launcher[grid](x, y, out, n, 0.5, BLOCK=1024)):6.2f} us"
+    )
     print(f"kernel[grid](...)                   {per_launch_us(lambda: kernel[grid](x, y, out, n, 0.5, 1024)):6.2f} us")
-    print(f"kernel.launch(grid, None, ...)      {per_launch_us(lambda: kernel.launch(grid, None, x, y, out, n, 0.5, 1024)):6.2f} us")
+    print(
+        f"kernel.launch(grid, None, ...)      {per_launch_us(lambda: kernel.launch(grid, None, x, y, out, n, 0.5, 1024)):6.2f} us"
+    )
 
 
 if __name__ == "__main__":

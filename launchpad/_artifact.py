@@ -89,7 +89,9 @@ def read(path: str | Path) -> KernelSpec:
     try:
         text = raw.decode()
     except UnicodeDecodeError:
-        raise BinaryError(f"{str(path)!r} is not a launchpad kernel artifact: it is not text ({raw[:8]!r}...)") from None
+        raise BinaryError(
+            f"{str(path)!r} is not a launchpad kernel artifact: it is not text ({raw[:8]!r}...)"
+        ) from None
     try:
         d = json.loads(text)
     except ValueError as exc:

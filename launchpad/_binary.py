@@ -61,8 +61,13 @@ def read_image(data_or_path: bytes | bytearray | memoryview | str | Path) -> tup
     raise BinaryError(f"not a cubin, fatbin or PTX image ({len(data)} bytes starting {data[:8]!r})")
 
 
+#: The empty kernels through which :mod:`launchpad._cpp` learns parameter types: launchpad's own,
+#: never a user's, so never listed.
+TYPE_PROBE = "__launchpad_probe"
+
+
 def kernels_in_image(image: bytes, kind: str) -> dict[str, BinaryKernel]:
-    """Every kernel an image defines, with its parameter layout.
+    """Every kernel an image defines, with its parameter layout (launchpad's type probes left out).
 
     Raises
     ------
@@ -72,14 +77,15 @@ def kernels_in_image(image: bytes, kind: str) -> dict[str, BinaryKernel]:
     """
     try:
         if kind == "cubin":
-            return _elf_kernels(image)
-        if kind == "ptx":
-            return _ptx_kernels(image.decode(errors="replace"))
-        found: dict[str, BinaryKernel] = {}
-        for entry_kind, payload in _fatbin_entries(image):  # first entry that names a kernel wins
-            for name, k in kernels_in_image(payload, entry_kind).items():
-                found.setdefault(name, k)
-        return found
+            found = _elf_kernels(image)
+        elif kind == "ptx":
+            found = _ptx_kernels(image.decode(errors="replace"))
+        else:
+            found = {}
+            for entry_kind, payload in _fatbin_entries(image):  # first entry that names a kernel wins
+                for name, k in kernels_in_image(payload, entry_kind).items():
+                    found.setdefault(name, k)
+        return {name: k for name, k in found.items() if TYPE_PROBE not in name}
     except (struct.error, IndexError, ValueError, UnicodeDecodeError) as exc:
         if isinstance(exc, BinaryError):
             raise
@@ -183,7 +189,10 @@ def _elf_sections(elf: bytes) -> tuple[tuple, list[tuple]]:
     e_machine, e_phoff, e_shoff, e_phnum, e_shnum, e_shstrndx = hdr[2], hdr[5], hdr[6], hdr[10], hdr[12], hdr[13]
     if e_machine != _EM_CUDA:
         raise BinaryError(f"not a cubin: an ELF file for machine {e_machine}, not CUDA ({_EM_CUDA})")
-    for what, offset, count, entry in (("section", e_shoff, e_shnum, _SECTION), ("segment", e_phoff, e_phnum, _PROGRAM)):
+    for what, offset, count, entry in (
+        ("section", e_shoff, e_shnum, _SECTION),
+        ("segment", e_phoff, e_phnum, _PROGRAM),
+    ):
         end = offset + count * entry.size
         if count and end > size:
             raise BinaryError(f"truncated cubin: its {what} headers end at byte {end} but it has {size} bytes")
@@ -196,7 +205,9 @@ def _elf_sections(elf: bytes) -> tuple[tuple, list[tuple]]:
     for i in range(e_phnum):
         p_offset, p_filesz = _PROGRAM.unpack_from(elf, e_phoff + i * _PROGRAM.size)[2:6:3]
         if p_offset + p_filesz > size:
-            raise BinaryError(f"truncated cubin: segment {i} ends at byte {p_offset + p_filesz} but it has {size} bytes")
+            raise BinaryError(
+                f"truncated cubin: segment {i} ends at byte {p_offset + p_filesz} but it has {size} bytes"
+            )
     return hdr, sections
 
 
@@ -312,7 +323,7 @@ def _fatbin_entries(fatbin: bytes) -> list[tuple[str, bytes]]:
         payload = fatbin[pos + entry_header : pos + entry_header + payload_size]
         if kind == 2 and payload[:4] == b"\x7fELF":
             out.append(("cubin", payload))
-        elif kind == 1 and b".entry" in payload[:1 << 20]:
+        elif kind == 1 and b".entry" in payload[: 1 << 20]:
             out.append(("ptx", payload.split(b"\0", 1)[0]))
         if entry_header == 0:
             break

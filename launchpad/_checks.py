@@ -169,6 +169,10 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int, stream: int) 
             raise ctx.error(arg, f"cannot pack a float into a 1-byte parameter: {value!r}", ArgumentTypeError)
         code = {2: "<e", 4: "<f", 8: "<d"}[size]
         return int.from_bytes(struct.pack(code, value), "little")
+    if isinstance(value, (bytes, bytearray, memoryview)):  # a small struct (or enum) by value
+        if len(value) != size:
+            raise ctx.error(arg, f"expected {size} bytes, got {len(value)}")
+        return int.from_bytes(value, "little")
     if size != 8:
         raise ctx.error(arg, f"cannot pack {describe(value)} into {size} bytes", ArgumentTypeError)
     return pointer_of(ctx, arg, value, device, stream, None)

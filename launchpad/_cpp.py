@@ -7,16 +7,21 @@ Compiled binaries are cached on disk (see :mod:`launchpad._cache`).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from . import _cache, _driver
+from ._demangle import PROBE, PROBE_SOURCE, kernel_parameter_types, probe_expression, type_word
 from ._spec import KernelSpec
+from ._types import type_size
 from .errors import BinaryError, CompileError
 from .kernel import Kernel, spec_from_image
 
 __all__ = ["compile_cuda", "compile_cuda_module", "compile_cuda_object", "link", "resolve_arch"]
+
 
 def resolve_arch(arch: str | int | tuple[int, int] | None) -> str:
     """``"sm_90"`` from ``"sm_90"``, ``"90"``, ``90`` or ``(9, 0)``; None asks the current GPU."""
@@ -33,13 +38,49 @@ def resolve_arch(arch: str | int | tuple[int, int] | None) -> str:
 
 @functools.cache
 def _cuda_include_dir() -> str | None:
-    """CUDA's own headers (``cuda_fp16.h``...): NVRTC does not find them by itself."""
+    """CUDA's own headers (``cuda_fp16.h``, ``cooperative_groups.h``...): NVRTC does not find
+    them by itself."""
+    return _header_directory("cudart")
+
+
+@functools.cache
+def _cccl_include_dir() -> str | None:
+    """The CCCL headers (``cub/``, ``cuda/std/``, ``thrust/``, ``<nv/target>``, which
+    ``cooperative_groups`` needs): the ``nvidia-cuda-cccl`` wheel or the CUDA toolkit's."""
+    return _header_directory("cccl")
+
+
+def _header_directory(library: str) -> str | None:
     try:
         from cuda import pathfinder
 
-        return pathfinder.find_nvidia_header_directory("cudart")
-    except Exception:
+        return pathfinder.find_nvidia_header_directory(library)
+    except Exception:  # not installed, or a cuda-pathfinder that does not know the library
         return None
+
+
+#: Where a header NVRTC could not open comes from, by its first path component.
+_HEADER_PACKAGES = {
+    "cub": "nvidia-cuda-cccl", "thrust": "nvidia-cuda-cccl", "cuda": "nvidia-cuda-cccl", "nv": "nvidia-cuda-cccl",
+    "curand": "nvidia-curand", "cublas": "nvidia-cublas", "cufft": "nvidia-cufft", "cusparse": "nvidia-cusparse",
+}  # fmt: skip
+
+
+def _missing_header_hint(log: str) -> str:
+    """What to install for a header NVRTC could not open, or ""."""
+    m = re.search(r'cannot open source file "([^"]+)"', log)
+    if m is None:
+        return ""
+    header = m.group(1)
+    first = re.split(r"[/_.]", header)[0]
+    package = _HEADER_PACKAGES.get(first) or _HEADER_PACKAGES.get(header.split("/")[0]) or (
+        "nvidia-cuda-runtime" if header.startswith(("cuda_", "cooperative_groups", "vector_", "device_", "sm_")) else ""
+    )  # fmt: skip
+    if not package:
+        return f"; {header!r} is on no include path launchpad knows (pass include_dirs=)"
+    found = {"nvidia-cuda-cccl": _cccl_include_dir(), "nvidia-cuda-runtime": _cuda_include_dir()}.get(package)
+    where = f" (searched {found})" if found else ""
+    return f"; {header!r} comes with the {package} package (pip install {package}) or a CUDA toolkit{where}"
 
 
 @functools.cache
@@ -79,8 +120,7 @@ def _options_class() -> type:
 def _program_options(arch: str, std: str, defines: Mapping[str, Any] | None, include_dirs: Iterable[str],
                      options: Iterable[str], **fields: Any) -> Any:  # fmt: skip
     includes = [str(d) for d in include_dirs]
-    if _cuda_include_dir():
-        includes.append(_cuda_include_dir())
+    includes += [d for d in (_cuda_include_dir(), _cccl_include_dir()) if d]
     macros = [name if value is None else (name, str(value)) for name, value in (defines or {}).items()]
     opts = _options_class()(arch=arch, std=std, include_path=includes or None, define_macro=macros or None, **fields)
     opts.extra = tuple(options)
@@ -94,7 +134,10 @@ def _compile(source: str, names: Sequence[str], output: str, arch: str, std: str
     key = _cache.cache_key(
         "nvrtc", _nvrtc_version(), source, list(names), output, arch, std, defines, include_dirs, options, fields
     )
-    what = f"kernel{'s' if len(names) > 1 else ''} {', '.join(map(repr, names))}" if names else f"device code ({output})"
+    shown = [n for n in names if not n.startswith(PROBE)]  # the type probes are launchpad's, not the user's
+    what = (
+        f"kernel{'s' if len(shown) > 1 else ''} {', '.join(map(repr, shown))}" if shown else f"device code ({output})"
+    )
     what += f" for {arch}"
     hit = _cache.get(key, what)
     if hit is not None:
@@ -106,7 +149,9 @@ def _compile(source: str, names: Sequence[str], output: str, arch: str, std: str
         obj = Program(source, "c++", opts).compile(output, name_expressions=list(names))
     except Exception as exc:
         message, _, log = str(exc).partition("compilation log:")
-        raise CompileError(f"NVRTC could not compile {what}: {message.strip()}", log.strip("\n\0")) from None
+        log = log.strip("\n\0")
+        message = message.strip().rstrip(",")
+        raise CompileError(f"NVRTC could not compile {what}: {message}{_missing_header_hint(log)}", log) from None
     symbols = {n: obj.symbol_mapping.get(n, n.encode()).decode() for n in names}
     binary = bytes(obj.code)
     _cache.put(key, {"symbols": symbols, "arch": arch}, binary, what)
@@ -129,7 +174,9 @@ def compile_cuda(
     Parameters
     ----------
     source : str
-        CUDA C++ source; ``cuda_fp16.h`` and ``cuda_bf16.h`` are on the include path.
+        CUDA C++ source. CUDA's headers (``cuda_fp16.h``, ``cuda_bf16.h``,
+        ``cooperative_groups.h``...) and the CCCL headers (CUB, ``cuda::std``, Thrust) are on
+        the include path.
     name : str
         The kernel: an ``extern "C"`` name, a C++ name, or a template instance such as
         ``"axpy<float>"`` (resolved through NVRTC name expressions).
@@ -139,6 +186,9 @@ def compile_cuda(
         Macros (``{"N": 4}``), include directories, raw NVRTC flags.
     signature : optional
         Parameter types in Triton's words (``"*fp32, *fp32, i32"``), checked against the binary.
+        Without one, the compiler's own types are used (``float*`` is ``*fp32``, ``int`` is
+        ``i32``, a struct by value its bytes): a wrong tensor dtype or an int out of range is
+        refused either way.
 
     Raises
     ------
@@ -169,15 +219,49 @@ def compile_cuda_module(
 ) -> dict[str, Kernel]:
     """Compile several kernels of one source at once; return them by the names given."""
     arch = resolve_arch(arch)
-    cubin, symbols = _compile(source, names, "cubin", arch, std, defines, include_dirs, options)
     signatures = signatures or {}
-    return {
-        name: Kernel(spec_from_image(
-            cubin, "cubin", symbols[name], signature=signatures.get(name), display_name=name,
-            metadata={"frontend": "cpp", "arch": arch},
-        ))
-        for name in names
-    }  # fmt: skip
+    cubin, symbols, probed = _compile_probed(source, names, arch, std, defines, include_dirs, options)
+    kernels = {}
+    for name in names:
+        spec = spec_from_image(cubin, "cubin", symbols[name], signature=signatures.get(name), display_name=name,
+                               metadata={"frontend": "cpp", "arch": arch})  # fmt: skip
+        if signatures.get(name) is None and probed:
+            spec = _typed_by_compiler(spec, symbols.get(probe_expression(name)))
+        kernels[name] = Kernel(spec)
+    return kernels
+
+
+def _compile_probed(source: str, names: Sequence[str], *args: Any) -> tuple[bytes, dict[str, str], bool]:
+    """Compile with a type probe per kernel (see :mod:`launchpad._demangle`); where the probe
+    cannot be instantiated (an overloaded kernel name), compile without and report no probe."""
+    probes = [probe_expression(n) for n in names]
+    try:
+        cubin, symbols = _compile(source + PROBE_SOURCE, [*names, *probes], "cubin", *args)
+        return cubin, symbols, True
+    except CompileError:
+        cubin, symbols = _compile(source, names, "cubin", *args)  # the code's own errors, if it has any
+        return cubin, symbols, False
+
+
+def _typed_by_compiler(spec: KernelSpec, lowered: str | None) -> KernelSpec:
+    """The spec with its parameters typed by the compiler (the probe's lowered name); unchanged
+    where the mangling cannot be read or does not fit the binary's parameters."""
+    try:
+        types = kernel_parameter_types(lowered or "")
+    except ValueError:
+        return spec
+    if len(types) != len(spec.params):
+        return spec
+    params = []
+    for p, t in zip(spec.params, types):
+        word = type_word(t)
+        if word is None and p.size not in (1, 2, 4, 8):
+            word = f"bytes{p.size}"  # a struct by value: its bytes
+        if word is not None and type_size(word) == p.size:
+            p = replace(p, type=word, align=max(p.align, min(type_size(word), 8)))
+        params.append(p)
+    metadata = {**spec.metadata, "parameter_types": [str(t) for t in types]}
+    return spec.replace(params=tuple(params), args=(), metadata=metadata)
 
 
 def compile_cuda_object(
@@ -264,10 +348,17 @@ def link_spec(
         cubin = hit[1]
     else:
         try:
-            cubin = bytes(Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=lto)).link("cubin").code)
+            cubin = bytes(
+                Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=lto)).link("cubin").code
+            )
         except Exception as exc:
             raise CompileError(f"nvJitLink could not link {what}", str(exc)) from None
         _cache.put(key, {"arch": arch}, cubin, what)
     return spec_from_image(
-        cubin, "cubin", name, signature=signature, display_name=display_name, metadata={"frontend": "link", "arch": arch}
+        cubin,
+        "cubin",
+        name,
+        signature=signature,
+        display_name=display_name,
+        metadata={"frontend": "link", "arch": arch},
     )

@@ -236,7 +236,9 @@ def set_max_dynamic_shared(function: Any, nbytes: int) -> None:
 
 
 #: Triton 3.8's "oversized" shared-memory mode (newer bindings only; absent means unsupported).
-_OVERSIZED_MODE = getattr(getattr(_cu, "CUsharedMemoryMode", None), "CU_SHARED_MEMORY_MODE_ALLOW_OVERSIZED_SHARED_MEMORY", None)
+_OVERSIZED_MODE = getattr(
+    getattr(_cu, "CUsharedMemoryMode", None), "CU_SHARED_MEMORY_MODE_ALLOW_OVERSIZED_SHARED_MEMORY", None
+)
 _SHARED_MODE_ATTR = getattr(_FA, "CU_FUNC_ATTRIBUTE_SHARED_MEMORY_MODE", None)
 #: Launches above this many bytes of shared memory need the oversized mode as a launch attribute.
 OVERSIZED_LAUNCH_BYTES = 228 * 1024
@@ -321,7 +323,6 @@ def stream_wait(stream: int, producer: int) -> None:
         check(_cu.cuStreamWaitEvent(_cu.CUstream(stream), event, 0), "cuStreamWaitEvent")
     finally:
         _cu.cuEventDestroy(event)  # released by the driver once the wait is resolved
-
 
 
 def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:

@@ -49,7 +49,10 @@ def launch_path() -> tuple[str, str]:
     if _claunch is None:
         return "python", _import_error
     if _exchange_api_types() == ():
-        return "python", f"torch {torch.__version__} has no DLPack C exchange API (torch.Tensor.__dlpack_c_exchange_api__)"
+        return (
+            "python",
+            f"torch {torch.__version__} has no DLPack C exchange API (torch.Tensor.__dlpack_c_exchange_api__)",
+        )
     return "compiled", ""
 
 
@@ -209,7 +212,7 @@ def _python_bound(spec: KernelSpec, entry: tuple, g: tuple, b: tuple, shared_mem
     def bound(*new_args: Any, **named: Any) -> None:
         if new_args or named:
             return relaunch(*new_args, **named)
-        err, = cu_launch(*call)
+        (err,) = cu_launch(*call)
         if err != success:
             relaunch()  # the checked launch retries in the right context or raises the CudaError
 

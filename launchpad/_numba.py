@@ -153,18 +153,20 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
     # LTO when Numba's code is LTO-IR; otherwise link decides from the objects given
     lto_link = True if compiled.output == "ltoir" else None
     linked = _cpp.link_spec(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
-    kernel = Kernel(linked.replace(
-        params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),
-        args=tuple(args),
-        plan=LaunchPlan(cooperative=compiled.cooperative),
-        metadata={
-            "frontend": "numba",
-            "arch": arch,
-            "signature": ", ".join(str(t) for t in argtypes),
-            "cooperative": compiled.cooperative,
-            "lto": compiled.output == "ltoir",
-        },
-    ))
+    kernel = Kernel(
+        linked.replace(
+            params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),
+            args=tuple(args),
+            plan=LaunchPlan(cooperative=compiled.cooperative),
+            metadata={
+                "frontend": "numba",
+                "arch": arch,
+                "signature": ", ".join(str(t) for t in argtypes),
+                "cooperative": compiled.cooperative,
+                "lto": compiled.output == "ltoir",
+            },
+        )
+    )
     # device arrays a kernel captured from globals: their addresses are baked into the code
     kernel._numba_keepalive = compiled.keepalive  # type: ignore[attr-defined]
     return kernel

@@ -135,7 +135,9 @@ def _convert_slow(
     if len(shape) != ndim:
         raise ctx.error(arg, f"expected a {ndim}-d array ({_typename(arg)}), got {_what(value)} of shape {shape}")
     if not is_tensor:
-        address = pointer_of(ctx, arg, value, device, stream, None)  # device memory, and on the launch device (and its stream)
+        address = pointer_of(
+            ctx, arg, value, device, stream, None
+        )  # device memory, and on the launch device (and its stream)
     nitems = 1
     for s in shape:
         nitems *= s

@@ -175,7 +175,9 @@ def _binder(spec: KernelSpec, ctx: Context, full: Callable[..., Any]) -> Callabl
             i = position.get(key)
             if i is not None:
                 if values[i] is not MISSING:
-                    raise ArgumentTypeError(f"kernel {ctx.kernel_name!r}: launch() got multiple values for argument {key!r}")
+                    raise ArgumentTypeError(
+                        f"kernel {ctx.kernel_name!r}: launch() got multiple values for argument {key!r}"
+                    )
                 values[i] = value
             elif key in LAUNCH_OPTIONS:
                 options[key] = value
@@ -229,7 +231,9 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         w.emit("_bx, _by, _bz = _C.dims(block, 'block', _ctx)", 2)
         w.emit("if _bx * _by * _bz > _e[1]: _fail.block(_ctx, block, _e[1])", 2)
     else:
-        w.emit(f"if block is not None and _C.dims(block, 'block', _ctx) != {plan.block}: _fail.fixed_block(_ctx, block, {plan.block})")
+        w.emit(
+            f"if block is not None and _C.dims(block, 'block', _ctx) != {plan.block}: _fail.fixed_block(_ctx, block, {plan.block})"
+        )
         w.emit("_bx, _by, _bz = {}, {}, {}".format(*plan.block))
     if fast:
         zero_grid = f"return _full(grid, block, {arglist})"
@@ -297,8 +301,11 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
 def needs_launch_ex(spec: KernelSpec) -> bool:
     """Whether every launch needs ``cuLaunchKernelEx`` (launch attributes fixed by the plan)."""
     plan = spec.plan
-    return plan.cluster is not None or plan.cooperative or plan.pdl or (
-        plan.oversized_shared and plan.shared_mem > _driver.OVERSIZED_LAUNCH_BYTES
+    return (
+        plan.cluster is not None
+        or plan.cooperative
+        or plan.pdl
+        or (plan.oversized_shared and plan.shared_mem > _driver.OVERSIZED_LAUNCH_BYTES)
     )
 
 
@@ -322,9 +329,7 @@ def _emit_arg(
     a = w.bind(f"_A{k}", arg)
     if arg.kind == "const":
         c = w.bind(f"_K{k}", arg.value)
-        check = f"_fail.unknown(_ctx, {a}, {top})" if arg.options.get("unknown") else (
-            f"_fail.const(_ctx, {a}, {src})"
-        )
+        check = f"_fail.unknown(_ctx, {a}, {top})" if arg.options.get("unknown") else (f"_fail.const(_ctx, {a}, {src})")
         if arg.options.get("unknown"):
             w.emit(f"if {top} is not _M: {check}")
         else:
@@ -362,7 +367,9 @@ def _emit_arg(
         w.emit("else:")
         w.emit(f"{v} = _C.untyped_value(_ctx, {a}, {src}, _dev, _hs)", 2)
     elif kind == "bytes":
-        w.emit(f"{v} = {src} if {src}.__class__ is bytes and len({src}) == {param.size} else _C.bytes_value(_ctx, {a}, {src})")
+        w.emit(
+            f"{v} = {src} if {src}.__class__ is bytes and len({src}) == {param.size} else _C.bytes_value(_ctx, {a}, {src})"
+        )
     elif param.type == "bf16":
         w.emit(f"{v} = _C.bf16_bits({src})")
     else:  # ints, floats and bools go straight to struct, which checks range and type
@@ -428,5 +435,7 @@ class Fail:
                 arg = by_param.get(p.index, Arg(f"param {p.index}", "param", (), p.index))
                 if p.kind in ("int", "untyped") and isinstance(value, int):
                     raise ctx.error(arg, f"{value} is out of range for {p.type or f'{p.size} bytes'}") from None
-                raise ctx.error(arg, f"cannot pack {_checks.describe(value)} as {p.type or p.kind}: {exc}", ArgumentTypeError) from None
+                raise ctx.error(
+                    arg, f"cannot pack {_checks.describe(value)} as {p.type or p.kind}: {exc}", ArgumentTypeError
+                ) from None
         raise ArgumentError(f"kernel {ctx.kernel_name!r}: packing the arguments failed: {error}") from error

@@ -84,8 +84,9 @@ def _ints(ctx: Context, arg: Arg, value: Any, what: str, rank: int) -> tuple[int
     try:
         out = tuple(int(v) for v in value)
     except TypeError:
-        raise ctx.error(arg, f"descriptor {what} must be a sequence of ints, got {_describe(value)}",
-                        ArgumentTypeError) from None
+        raise ctx.error(
+            arg, f"descriptor {what} must be a sequence of ints, got {_describe(value)}", ArgumentTypeError
+        ) from None
     if len(out) != rank:
         raise ctx.error(arg, f"the kernel was compiled for a rank-{rank} descriptor, got {what} {list(out)}")
     return out
@@ -108,7 +109,8 @@ def _fields(ctx: Context, arg: Arg, value: Any, rank: int) -> tuple:
         padding = getattr(value, "padding", "zero")
     except AttributeError:
         raise ctx.error(
-            arg, f"expected a TensorDescriptor (base, shape, strides, block_shape, padding), got {_describe(value)}",
+            arg,
+            f"expected a TensorDescriptor (base, shape, strides, block_shape, padding), got {_describe(value)}",
             ArgumentTypeError,
         ) from None
     if shape.__class__ is not torch.Size or len(shape) != rank:
@@ -160,7 +162,10 @@ def converter(
             if block_t is not None and tuple(block_shape) != block_t:
                 check_block(ctx, arg, block_shape)
             address = _base_address(ctx, arg, base, device, stream, torch_dtype)
-            values = {"padding": padding == "nan", "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False))}
+            values = {
+                "padding": padding == "nan",
+                "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False)),
+            }
             return (address, *shape, *strides, *(values[f] for f in flags), *shape, *strides)
 
         return convert_pointer_form

@@ -236,9 +236,19 @@ def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, disp
             label = f"arg{position}"
             words = ["bytes128"] + ["i32"] * rank + ["i64"] * rank
             for j, w in enumerate(words):
-                params.append(typed(cubin[i + j], w, label if j == 0 else f"{label}.{'shape' if j <= rank else 'strides'}"))
-            args.append(Arg(label, "expand", (position,), params=tuple(range(i, i + len(words))),
-                            converter="tensordesc", options=_descriptor_options(rank, "", None, meta, conv)))
+                params.append(
+                    typed(cubin[i + j], w, label if j == 0 else f"{label}.{'shape' if j <= rank else 'strides'}")
+                )
+            args.append(
+                Arg(
+                    label,
+                    "expand",
+                    (position,),
+                    params=tuple(range(i, i + len(words))),
+                    converter="tensordesc",
+                    options=_descriptor_options(rank, "", None, meta, conv),
+                )
+            )
             i += len(words)
             n_desc += 1
             continue
@@ -248,8 +258,9 @@ def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, disp
     for which, p in zip(scratch, cubin[n:]):
         params.append(typed(p, "*i8", f"{which}_scratch"))
         args.append(_scratch_arg(md, which, p.index, conv))
-    return KernelSpec(image, "cubin", md["name"], tuple(params), tuple(args), _plan(md, conv), display_name,
-                      _metadata(md))
+    return KernelSpec(
+        image, "cubin", md["name"], tuple(params), tuple(args), _plan(md, conv), display_name, _metadata(md)
+    )
 
 
 def _metadata(md: dict) -> dict:
@@ -369,7 +380,9 @@ def _signature_of(jit_fn: Any, signature: Any, constexprs: dict) -> dict:
         sig = dict(signature)
         unknown = [k for k in sig if k not in names]
         if unknown:
-            raise ArgumentError(f"kernel {jit_fn.__name__!r}: signature names unknown arguments {unknown} (arguments: {names})")
+            raise ArgumentError(
+                f"kernel {jit_fn.__name__!r}: signature names unknown arguments {unknown} (arguments: {names})"
+            )
     else:
         words = [w.strip() for w in signature.split(",")] if isinstance(signature, str) else list(signature)
         runtime = [n for n, p in zip(names, jit_fn.params) if n not in const_names and not p.is_constexpr]
@@ -414,7 +427,9 @@ def _compile_jit(
     for p in jit_fn.params:  # constexpr arguments left out take their defaults, as at a launch
         if p.is_constexpr and p.name not in constexprs:
             if not p.has_default:
-                raise ArgumentError(f"kernel {jit_fn.__name__!r}: constexpr argument {p.name!r} needs a value in constexprs")
+                raise ArgumentError(
+                    f"kernel {jit_fn.__name__!r}: constexpr argument {p.name!r} needs a value in constexprs"
+                )
             constexprs[p.name] = p.default
     target = _target(target)
     backend = make_backend(target)
@@ -614,7 +629,9 @@ def _ttir_leaves(ttir: str, name: str, conv: Convention) -> list[_Leaf]:
     return leaves
 
 
-def _fold_descriptors(arguments: list[tuple[str, str, bool]], conv: Convention) -> list[tuple[int, tuple[str, str, bool]]]:
+def _fold_descriptors(
+    arguments: list[tuple[str, str, bool]], conv: Convention
+) -> list[tuple[int, tuple[str, str, bool]]]:
     """``(index, argument)`` of each TTIR argument that is a Python value: a descriptor's shape,
     strides and flags are folded into it (a pointer-form descriptor's type becomes
     ``tensordesc<fp16[?, ?]>``)."""

@@ -32,7 +32,11 @@ class TritonHooks:
         self.loader = loader
         self.runtime = runtime
         # what the compiled executor polls: hooks set on the knobs object, and the class's hook chains
-        self.check = (vars(runtime), _NAMES, tuple(getattr(getattr(type(runtime), n, None), "calls", None) for n in _NAMES))
+        self.check = (
+            vars(runtime),
+            _NAMES,
+            tuple(getattr(getattr(type(runtime), n, None), "calls", None) for n in _NAMES),
+        )
         self.launch_metadata: Any = None  # the JIT function's launch_metadata, where known
         self.arg_names = spec.arg_names
 

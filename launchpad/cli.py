@@ -442,7 +442,9 @@ def cmd_cache(args: argparse.Namespace) -> int:
     rows = []
     for p in found:
         st = p.stat()
-        rows.append([p.stem[:16], human_bytes(st.st_size), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime))])
+        rows.append(
+            [p.stem[:16], human_bytes(st.st_size), time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(st.st_mtime))]
+        )
     print(format_table(["key", "size", "modified"], rows, "lrl", "  "))
     print(f"total: {len(found)} entries, {human_bytes(total)}")
     return 0

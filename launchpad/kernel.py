@@ -185,7 +185,9 @@ class Kernel:
         try:
             return torch.cuda.current_device()
         except (AssertionError, RuntimeError) as exc:  # a CPU build of torch, no GPU
-            raise NoDeviceError(f"kernel {self.display_name!r} cannot be loaded: torch cannot use CUDA ({exc})") from None
+            raise NoDeviceError(
+                f"kernel {self.display_name!r} cannot be loaded: torch cannot use CUDA ({exc})"
+            ) from None
 
     def load(self, device: int | None = None) -> Kernel:
         """Load into a device now rather than at its first launch there.

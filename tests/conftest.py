@@ -156,8 +156,11 @@ class FakeGPU:
 
     def launch_ex(self, entry, dev, grid, block, smem, stream, kp, cluster, cooperative, pdl):
         kernel = self._kernels[entry[0]]
-        attrs = {"cluster": cluster if cluster is not None else kernel.plan.cluster,
-                 "cooperative": cooperative or kernel.plan.cooperative, "pdl": pdl or kernel.plan.pdl}
+        attrs = {
+            "cluster": cluster if cluster is not None else kernel.plan.cluster,
+            "cooperative": cooperative or kernel.plan.cooperative,
+            "pdl": pdl or kernel.plan.pdl,
+        }
         self.record(Launch(entry[0], grid, block, smem, stream, self.read_params(entry[0], kp), attrs))
 
     # --- the compiled executor's, through C function pointers

@@ -232,13 +232,28 @@ CPP_ARG = r"kernel 'scale', argument {i}, param {i} \({t}\)"
 
 # C++: wrong counts and types
 
-@case("cpp-count-too-few", "cpp", "count", lp.ArgumentTypeError, r"^kernel 'scale' takes 4 arguments, got 3$", kernel="scale")
+
+@case(
+    "cpp-count-too-few",
+    "cpp",
+    "count",
+    lp.ArgumentTypeError,
+    r"^kernel 'scale' takes 4 arguments, got 3$",
+    kernel="scale",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(16, 256, x, y, 2.0)
 
 
-@case("cpp-count-too-many", "cpp", "count", lp.ArgumentTypeError, r"^kernel 'scale' takes 4 arguments, got 5$", kernel="scale")
+@case(
+    "cpp-count-too-many",
+    "cpp",
+    "count",
+    lp.ArgumentTypeError,
+    r"^kernel 'scale' takes 4 arguments, got 5$",
+    kernel="scale",
+)
 def _(env):
     k, x, y = _cpp(env)
     k[16, 256](x, y, 2.0, N, 7)
@@ -268,21 +283,36 @@ def _(env):
     k.launch(16, 256, x, True, 2.0, N)
 
 
-@case("cpp-float-is-str", "cpp", "type", lp.ArgumentTypeError,
-      "^" + CPP_ARG.format(i=2, t="fp32") + r": cannot pack str '2' as fp32", kernel="scale", arg="argument 2")
+@case(
+    "cpp-float-is-str",
+    "cpp",
+    "type",
+    lp.ArgumentTypeError,
+    "^" + CPP_ARG.format(i=2, t="fp32") + r": cannot pack str '2' as fp32",
+    kernel="scale",
+    arg="argument 2",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(16, 256, x, y, "2", N)
 
 
-@case("cpp-int-is-float", "cpp", "type", lp.ArgumentTypeError,
-      "^" + CPP_ARG.format(i=3, t="i32") + r": cannot pack float 4096\.0 as i32", kernel="scale", arg="argument 3")
+@case(
+    "cpp-int-is-float",
+    "cpp",
+    "type",
+    lp.ArgumentTypeError,
+    "^" + CPP_ARG.format(i=3, t="i32") + r": cannot pack float 4096\.0 as i32",
+    kernel="scale",
+    arg="argument 3",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(16, 256, x, y, 2.0, float(N))
 
 
 # C++: devices and dtypes
+
 
 @case("cpp-cpu-tensor", "cpp", "cpu-tensor", lp.ArgumentError,
       "^" + CPP_ARG.format(i=0, t=r"\*fp32") + r": expected a CUDA tensor, got a torch\.float32 tensor on cpu; a pinned CPU tensor \(\.pin_memory\(\)\) would be readable by the device$",
@@ -318,15 +348,30 @@ def _(env):
 
 # C++: ints out of range
 
-@case("cpp-int-above-i32", "cpp", "int-range", lp.ArgumentError,
-      "^" + CPP_ARG.format(i=3, t="i32") + r": 2147483648 is out of range for i32$", kernel="scale", arg="argument 3")
+
+@case(
+    "cpp-int-above-i32",
+    "cpp",
+    "int-range",
+    lp.ArgumentError,
+    "^" + CPP_ARG.format(i=3, t="i32") + r": 2147483648 is out of range for i32$",
+    kernel="scale",
+    arg="argument 3",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(16, 256, x, y, 2.0, 2**31)
 
 
-@case("cpp-int-below-i32", "cpp", "int-range", lp.ArgumentError,
-      "^" + CPP_ARG.format(i=3, t="i32") + r": -2147483649 is out of range for i32$", kernel="scale", arg="argument 3")
+@case(
+    "cpp-int-below-i32",
+    "cpp",
+    "int-range",
+    lp.ArgumentError,
+    "^" + CPP_ARG.format(i=3, t="i32") + r": -2147483649 is out of range for i32$",
+    kernel="scale",
+    arg="argument 3",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(16, 256, x, y, 2.0, -(2**31) - 1)
@@ -338,19 +383,30 @@ GRID = r"^kernel 'scale': grid dimension {axis} = {v} is outside the device limi
 BLOCK = r"^kernel 'scale': block dimension {axis} = {v} is outside the device limit \[1, {limit}\]$"
 
 
-@case("cpp-grid-x-too-large", "cpp", "grid", lp.ArgumentError, GRID.format(axis="x", v=2**31, limit=2**31 - 1), kernel="scale")
+@case(
+    "cpp-grid-x-too-large",
+    "cpp",
+    "grid",
+    lp.ArgumentError,
+    GRID.format(axis="x", v=2**31, limit=2**31 - 1),
+    kernel="scale",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(2**31, 256, x, y, 2.0, N)
 
 
-@case("cpp-grid-y-too-large", "cpp", "grid", lp.ArgumentError, GRID.format(axis="y", v=70000, limit=65535), kernel="scale")
+@case(
+    "cpp-grid-y-too-large", "cpp", "grid", lp.ArgumentError, GRID.format(axis="y", v=70000, limit=65535), kernel="scale"
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch((1, 70_000), 256, x, y, 2.0, N)
 
 
-@case("cpp-grid-negative", "cpp", "grid", lp.ArgumentError, GRID.format(axis="x", v=-1, limit=2**31 - 1), kernel="scale")
+@case(
+    "cpp-grid-negative", "cpp", "grid", lp.ArgumentError, GRID.format(axis="x", v=-1, limit=2**31 - 1), kernel="scale"
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(-1, 256, x, y, 2.0, N)
@@ -377,13 +433,22 @@ def _(env):
     k.launch((16.5, 1), 256, x, y, 2.0, N)  # not truncated to 16
 
 
-@case("cpp-block-x-too-large", "cpp", "block", lp.ArgumentError, BLOCK.format(axis="x", v=2048, limit=1024), kernel="scale")
+@case(
+    "cpp-block-x-too-large",
+    "cpp",
+    "block",
+    lp.ArgumentError,
+    BLOCK.format(axis="x", v=2048, limit=1024),
+    kernel="scale",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(16, 2048, x, y, 2.0, N)
 
 
-@case("cpp-block-z-too-large", "cpp", "block", lp.ArgumentError, BLOCK.format(axis="z", v=128, limit=64), kernel="scale")
+@case(
+    "cpp-block-z-too-large", "cpp", "block", lp.ArgumentError, BLOCK.format(axis="z", v=128, limit=64), kernel="scale"
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(16, (8, 8, 128), x, y, 2.0, N)
@@ -410,8 +475,15 @@ def _(env):
     k.launch(16, 256.0, x, y, 2.0, N)
 
 
-@case("cpp-zero-grid-still-checks-arguments", "cpp", "zero-grid", lp.ArgumentError,
-      "^" + CPP_ARG.format(i=3, t="i32") + r": 2147483648 is out of range for i32$", kernel="scale", arg="argument 3")
+@case(
+    "cpp-zero-grid-still-checks-arguments",
+    "cpp",
+    "zero-grid",
+    lp.ArgumentError,
+    "^" + CPP_ARG.format(i=3, t="i32") + r": 2147483648 is out of range for i32$",
+    kernel="scale",
+    arg="argument 3",
+)
 def _(env):
     k, x, y = _cpp(env)
     k.launch(0, 256, x, y, 2.0, 2**31)
@@ -484,14 +556,21 @@ def _(env):
 
 # C++: binaries
 
+
 @case("cpp-bytes-are-no-image", "cpp", "corrupt-binary", lp.BinaryError,
       r"^kernel 'scale': not a cubin, fatbin or PTX image \(72 bytes starting b'\\x00garbage'\)$", kernel="scale")  # fmt: skip
 def _(env):
     lp.load_cubin(b"\x00garbage\x01" * 8, "scale")
 
 
-@case("cpp-truncated-cubin", "cpp", "corrupt-binary", lp.BinaryError,
-      r"^kernel 'scale': truncated cubin: its section headers end at byte \d+ but it has \d+ bytes$", kernel="scale")
+@case(
+    "cpp-truncated-cubin",
+    "cpp",
+    "corrupt-binary",
+    lp.BinaryError,
+    r"^kernel 'scale': truncated cubin: its section headers end at byte \d+ but it has \d+ bytes$",
+    kernel="scale",
+)
 def _(env):
     image = env.kernel("cpp").image
     lp.load_cubin(image[: len(image) // 2], "scale")
@@ -601,6 +680,7 @@ def _(env):
 
 # C++: compiling and linking
 
+
 @case("cpp-nvrtc-syntax-error", "cpp", "compile-error", lp.CompileError,
       r"^NVRTC could not compile kernel 'lp_syntax' for sm_\d+: .*NVRTC_ERROR_COMPILATION.*\n(.*\n)*.*expected a \";\"",
       kernel="lp_syntax")  # fmt: skip
@@ -614,14 +694,26 @@ def _(env):
     lp.compile_cuda(CPP_SOURCE, "lp_nope", arch=env.arch)
 
 
-@case("cpp-signature-disagrees-with-the-binary", "cpp", "type", lp.ArgumentError,
-      r"^kernel 'scale': the signature has 3 parameters but the binary has 4 \(8, 8, 4, 4 bytes\)$", kernel="scale")
+@case(
+    "cpp-signature-disagrees-with-the-binary",
+    "cpp",
+    "type",
+    lp.ArgumentError,
+    r"^kernel 'scale': the signature has 3 parameters but the binary has 4 \(8, 8, 4, 4 bytes\)$",
+    kernel="scale",
+)
 def _(env):
     lp.compile_cuda(CPP_SOURCE, "scale", arch=env.arch, signature="*fp32, *fp32, fp32")
 
 
-@case("cpp-nvjitlink-undefined-symbol", "cpp", "compile-error", lp.CompileError,
-      r"^nvJitLink could not link kernel 'lp_use' \(linked for sm_\d+\)\n(.*\n)*.*lp_undefined_twice", kernel="lp_use")
+@case(
+    "cpp-nvjitlink-undefined-symbol",
+    "cpp",
+    "compile-error",
+    lp.CompileError,
+    r"^nvJitLink could not link kernel 'lp_use' \(linked for sm_\d+\)\n(.*\n)*.*lp_undefined_twice",
+    kernel="lp_use",
+)
 def _(env):
     src = 'extern "C" __device__ float lp_undefined_twice(float);\n' \
           'extern "C" __global__ void lp_use(float* y) { y[0] = lp_undefined_twice(y[0]); }'  # fmt: skip
@@ -629,6 +721,7 @@ def _(env):
 
 
 # C++: the disk cache (warnings: compiling goes on)
+
 
 @case("cache-truncated-entry", "cpp", "cache", lp.CacheWarning,
       r"^launchpad cache entry '.*\.lpc' \(kernel 'lp_cached' for sm_\d+\) is corrupt: .*; it was deleted and will be "
@@ -685,8 +778,14 @@ def _(env):
 TRI_ARG = r"^kernel 'add_kernel', argument {i} \('{name}'\), param {i} \('{name}', {t}\)"
 
 
-@case("triton-count", "triton", "count", lp.ArgumentTypeError,
-      r"^kernel 'add_kernel' takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 3; missing: n$", kernel="add_kernel")
+@case(
+    "triton-count",
+    "triton",
+    "count",
+    lp.ArgumentTypeError,
+    r"^kernel 'add_kernel' takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 3; missing: n$",
+    kernel="add_kernel",
+)
 def _(env):
     k, x, y, out = _tri(env)
     k[(N // 1024,)](x, y, out)  # BLOCK, a constexpr, may be left out; n may not
@@ -732,8 +831,15 @@ def _(env):
     k[(1,)](x, y, out, 1000, 1024)
 
 
-@case("triton-int-above-i32", "triton", "int-range", lp.ArgumentError,
-      TRI_ARG.format(i=3, name="n", t="i32") + r": 2147483648 is out of range for i32$", kernel="add_kernel", arg="'n'")
+@case(
+    "triton-int-above-i32",
+    "triton",
+    "int-range",
+    lp.ArgumentError,
+    TRI_ARG.format(i=3, name="n", t="i32") + r": 2147483648 is out of range for i32$",
+    kernel="add_kernel",
+    arg="'n'",
+)
 def _(env):
     k, x, y, out = _tri(env)
     k[(N // 1024,)](x, y, out, 2**31, 1024)
@@ -770,8 +876,14 @@ def _(env):
     k.launch(N // 1024, 256, x, y, out, N, 1024)
 
 
-@case("triton-grid-y-too-large", "triton", "grid", lp.ArgumentError,
-      r"^kernel 'add_kernel': grid dimension y = 70000 is outside the device limit \[0, 65535\]$", kernel="add_kernel")
+@case(
+    "triton-grid-y-too-large",
+    "triton",
+    "grid",
+    lp.ArgumentError,
+    r"^kernel 'add_kernel': grid dimension y = 70000 is outside the device limit \[0, 65535\]$",
+    kernel="add_kernel",
+)
 def _(env):
     k, x, y, out = _tri(env)
     k[(1, 70_000)](x, y, out, N, 1024)
@@ -919,8 +1031,14 @@ def _(env):
     k[N // 256, 256](out, x, y, "2")
 
 
-@case("numba-block-too-large", "numba", "block", lp.ArgumentError,
-      r"^kernel 'lp_axpy': block dimension x = 2048 is outside the device limit \[1, 1024\]$", kernel="lp_axpy")
+@case(
+    "numba-block-too-large",
+    "numba",
+    "block",
+    lp.ArgumentError,
+    r"^kernel 'lp_axpy': block dimension x = 2048 is outside the device limit \[1, 1024\]$",
+    kernel="lp_axpy",
+)
 def _(env):
     k, out, x, y = _nb(env)
     k[2, 2048](out, x, y, 2.0)
@@ -940,8 +1058,15 @@ def _(env):
     k[N // 256, 256, 0, 10**6](out, x, y, 2.0)
 
 
-@case("numba-zero-grid-still-checks-arguments", "numba", "zero-grid", lp.ArgumentTypeError,
-      NB_ARG.format(k="lp_axpy", i=1, name="x") + r": expected float32 elements", kernel="lp_axpy", arg="'x'")
+@case(
+    "numba-zero-grid-still-checks-arguments",
+    "numba",
+    "zero-grid",
+    lp.ArgumentTypeError,
+    NB_ARG.format(k="lp_axpy", i=1, name="x") + r": expected float32 elements",
+    kernel="lp_axpy",
+    arg="'x'",
+)
 def _(env):
     k, out, x, y = _nb(env)
     k[0, 256](out, x.double(), y, 2.0)
@@ -1023,8 +1148,11 @@ def fake_driver(env: Env, fake_gpu: Any, monkeypatch: pytest.MonkeyPatch, device
             continue
         fake_gpu.install(env.kernels[name], device=device, real_checks=True)  # the loader's own checks
     # an H100's driver 580 knows no oversized shared-memory mode: 0
-    device_attrs = {"max_shared_memory_per_block_optin": 227 * 1024, "multiprocessor_count": 132,
-                    "max_oversized_shared_memory_per_block": 0}
+    device_attrs = {
+        "max_shared_memory_per_block_optin": 227 * 1024,
+        "multiprocessor_count": 132,
+        "max_oversized_shared_memory_per_block": 0,
+    }
     monkeypatch.setattr(_driver, "device_attribute", lambda device, name: device_attrs[name])
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: {"shared_size_bytes": 0}[name])
     monkeypatch.setattr(_driver, "set_max_dynamic_shared", _reached_the_driver)
@@ -1207,7 +1335,9 @@ def test_a_failed_launch_with_attributes_names_the_kernel(loadable, monkeypatch)
 def test_a_binary_the_device_can_run_reaches_the_driver(loadable, monkeypatch):
     loaded = []
     monkeypatch.setattr(_driver, "load_function", lambda image, name, device: loaded.append(device) or ("m", 0xF))
-    monkeypatch.setattr(_driver, "function_attribute", lambda function, name: 1024 if name == "max_threads_per_block" else 48 * 1024)
+    monkeypatch.setattr(
+        _driver, "function_attribute", lambda function, name: 1024 if name == "max_threads_per_block" else 48 * 1024
+    )
     monkeypatch.setattr(_driver, "launch_entry_points", lambda: (1, 2, 3))
     monkeypatch.setattr(_driver, "unload_module", lambda module, device: None)  # "m" is no real module
     loadable.load(0)

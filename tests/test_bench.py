@@ -226,7 +226,10 @@ def test_describe_keeps_the_first_lines_of_a_compiler_log():
 def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float] | None = None,
                 compile_s: dict[str, float] | None = None, missing: dict[str, str] | None = None) -> dict:  # fmt: skip
     """A report with the given medians (ns for launches, s for compile times)."""
-    groups = {k: ("floor" if k == "c_floor" else "launchpad" if k.startswith("lp_") else "peer") for k in launchers.LAUNCH_KEYS}
+    groups = {
+        k: ("floor" if k == "c_floor" else "launchpad" if k.startswith("lp_") else "peer")
+        for k in launchers.LAUNCH_KEYS
+    }
     report: dict = {}
     if launch is not None:
         results = {k: _record(k, [v], groups[k]) for k, v in launch.items()}
@@ -240,7 +243,9 @@ def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float
             k: {"key": k, "label": k, "group": groups[k], "per_k": {"32": _record(k, [v])}} for k, v in sweep32.items()
         }}  # fmt: skip
     if compile_s is not None:
-        report["compile"] = {k: {"label": k, "status": "ok", "stats": harness.summarize([v])} for k, v in compile_s.items()}
+        report["compile"] = {
+            k: {"label": k, "status": "ok", "stats": harness.summarize([v])} for k, v in compile_s.items()
+        }
     return report
 
 
@@ -307,7 +312,9 @@ def test_targets_fail_with_the_error_when_launchpad_fails_and_are_na_only_for_wh
     t = by_prefix(no_peer, "Kernel.launch, 3-arg")
     assert t.status == "PASS" and "no tvm-ffi" in t.detail  # a peer absent here is said, not fatal
     no_floor = make_report({k: v for k, v in GOOD_LAUNCH.items() if k != "c_floor"}, missing={"c_floor": "no gcc"})
-    assert by_prefix(no_floor, "bound launch").status == "N/A" and "no gcc" in by_prefix(no_floor, "bound launch").detail
+    assert (
+        by_prefix(no_floor, "bound launch").status == "N/A" and "no gcc" in by_prefix(no_floor, "bound launch").detail
+    )
 
 
 # --- output ------------------------------------------------------------------------------------------
@@ -331,9 +338,11 @@ def test_format_table_aligns_columns_and_spans_missing_rows():
 
 def _fake_entries(costs: dict[str, int]) -> list[Entry]:
     """Entries whose launches spin for a fixed number of loop iterations (a known relative cost)."""
+
     def make(n: int):
         def factory(ctx):
             return Timed(lambda: sum(range(n)), note=f"{n} iterations")
+
         return factory
 
     return [Entry(k, k.replace("_", " "), "floor" if k == "c_floor" else "launchpad" if k.startswith("lp_") else "peer",
@@ -352,7 +361,9 @@ def fake_gpu_bench(monkeypatch):
     def no_cupy(ctx):
         raise Missing("cupy: not installed")
 
-    fake = _fake_entries({"c_floor": 50, "lp_triton": 55, "triton_jit": 300}) + [Entry("cupy", "CuPy RawKernel", "peer", no_cupy)]
+    fake = _fake_entries({"c_floor": 50, "lp_triton": 55, "triton_jit": 300}) + [
+        Entry("cupy", "CuPy RawKernel", "peer", no_cupy)
+    ]
     monkeypatch.setattr(launchers, "LAUNCHERS", fake)
     monkeypatch.setattr(launchers, "sweep_entries", lambda k: _fake_entries(
         {"c_floor": 50 + k, "lp_triton": 55 + k, "triton_bare": 80 + 2 * k}))  # fmt: skip
@@ -460,7 +471,9 @@ def test_generated_triton_sweep_kernel_compiles(tmp_path, monkeypatch):
     signature = {**{f"p{j}": "*fp32" for j in range(4)}, "n": "i32", "BLOCK": "constexpr"}
     compiled = triton.compile(ASTSource(module.ptrs4, signature, {"BLOCK": 128}), target=GPUTarget("cuda", 90, 32))
     # the 4 pointers and n, then Triton's scratch pointers
-    assert [p.size for p in launchpad.load_cubin(compiled.asm["cubin"], compiled.metadata.name).params] == [8] * 4 + [4] + [8] * len(SCRATCH_WORDS)
+    assert [p.size for p in launchpad.load_cubin(compiled.asm["cubin"], compiled.metadata.name).params] == [8] * 4 + [
+        4
+    ] + [8] * len(SCRATCH_WORDS)
 
 
 def test_user_args_follow_the_kernels_argument_list():

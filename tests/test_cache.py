@@ -153,7 +153,10 @@ def test_a_directory_owned_by_someone_else_is_not_used(cache, monkeypatch):
     else:  # otherwise pretend to be someone else
         owner, me = cache.stat().st_uid, cache.stat().st_uid + 1
         monkeypatch.setattr(_cache.os, "getuid", lambda: me)
-    with pytest.warns(lp.CacheWarning, match=rf"is not used \(caching kernel 'k' for sm_90\): it is owned by uid {owner}, not by you \(uid {me}\)"):
+    with pytest.warns(
+        lp.CacheWarning,
+        match=rf"is not used \(caching kernel 'k' for sm_90\): it is owned by uid {owner}, not by you \(uid {me}\)",
+    ):
         lp.compile_cuda(fresh_source(), "k", arch=90)
     assert list(cache.iterdir()) == []
     assert _cache.get("anything") is None
@@ -259,7 +262,9 @@ COMPILE_WORKER = """
 """
 
 
-def _start_together(tmp_path: Path, code: str, worker_args: list[list[str]], env: dict | None = None) -> list[subprocess.Popen]:
+def _start_together(
+    tmp_path: Path, code: str, worker_args: list[list[str]], env: dict | None = None
+) -> list[subprocess.Popen]:
     """One process per ``worker_args`` entry, running ``code ready go *args``; returns once all are
     ready (imports done) and told to go at the same moment."""
     go = tmp_path / "go"
@@ -370,7 +375,9 @@ def test_processes_saving_one_artifact_path_never_leave_it_corrupt(cubin, tmp_pa
     target = tmp_path / "out" / "k.json"
     target.parent.mkdir()
     writers, rounds = 4, 25
-    procs = _start_together(tmp_path, SAVE_WORKER, [[str(cubin), str(target), str(i), str(rounds)] for i in range(writers)])
+    procs = _start_together(
+        tmp_path, SAVE_WORKER, [[str(cubin), str(target), str(i), str(rounds)] for i in range(writers)]
+    )
     loads, problems = 0, []
     while any(p.poll() is None for p in procs):
         if target.exists():
@@ -431,7 +438,10 @@ def test_a_modified_artifact_is_refused(cubin, tmp_path, tamper):
 def test_a_truncated_artifact_is_refused(cubin, tmp_path):
     path, _ = _saved(cubin, tmp_path)
     path.write_text(path.read_text()[:-300])
-    with pytest.raises(lp.BinaryError, match=rf"^launchpad artifact {str(path)!r} \(kernel 'k'\) is damaged or truncated: it is not valid JSON"):
+    with pytest.raises(
+        lp.BinaryError,
+        match=rf"^launchpad artifact {str(path)!r} \(kernel 'k'\) is damaged or truncated: it is not valid JSON",
+    ):
         lp.load(path)
 
 

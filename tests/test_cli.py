@@ -164,7 +164,9 @@ def test_inspect_ptx(tmp_path, capsys):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc to build a fatbin")
 def test_inspect_fatbin(tmp_path, capsys):
-    (tmp_path / "twice.cu").write_text('extern "C" __global__ void twice(float* x, int n) { if (threadIdx.x < n) x[threadIdx.x] *= 2; }')
+    (tmp_path / "twice.cu").write_text(
+        'extern "C" __global__ void twice(float* x, int n) { if (threadIdx.x < n) x[threadIdx.x] *= 2; }'
+    )
     for name, extra in (("plain", []), ("compressed", ["-Xfatbin", "-compress-all"])):
         out_path = tmp_path / f"{name}.fatbin"
         subprocess.run(["nvcc", "-fatbin", "-arch=sm_90", *extra, "-o", str(out_path), str(tmp_path / "twice.cu")],

@@ -66,7 +66,9 @@ def cuobjdump_layout(cubin: bytes, symbol: str, tmp_path: Path) -> list[tuple[in
     path.write_bytes(cubin)
     text = subprocess.run([str(tool), "-elf", str(path)], capture_output=True, text=True, check=True).stdout
     section = re.search(rf"^\.nv\.info\.{re.escape(symbol)}\n((?:\t.*\n)+)", text, re.M).group(1)
-    records = re.findall(r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x([0-9a-f]+)\s+Size\s*:\s*0x([0-9a-f]+)", section)
+    records = re.findall(
+        r"Ordinal\s*:\s*0x([0-9a-f]+)\s+Offset\s*:\s*0x([0-9a-f]+)\s+Size\s*:\s*0x([0-9a-f]+)", section
+    )
     return [(int(o, 16), int(s, 16)) for _, o, s in sorted(records, key=lambda r: int(r[0], 16))]
 
 
@@ -197,12 +199,22 @@ def test_packed_scalars_roundtrip(module, i, f, grid):
             k = gpu.install(module["axpy<float>"])
             x, y = torch.empty(4), torch.empty(4)
             k.launch(grid, 128, f, x, y, i)
-            assert gpu.last.params == [struct.pack("<f", f), struct.pack("<Q", x.data_ptr()), struct.pack("<Q", y.data_ptr()), struct.pack("<i", i)]
+            assert gpu.last.params == [
+                struct.pack("<f", f),
+                struct.pack("<Q", x.data_ptr()),
+                struct.pack("<Q", y.data_ptr()),
+                struct.pack("<i", i),
+            ]
             assert gpu.last.grid == (grid, 1, 1)
 
 
-def test_untyped_parameters_pack_by_value_type(fake_gpu):
-    k = fake_gpu.install(lp.compile_cuda(SOURCE, "all_types", arch=90))
+def _untyped(kernel):
+    """The kernel as a bare cubin gives it: sizes and offsets, no types."""
+    return lp.load_cubin(kernel.image, kernel.name)
+
+
+def test_untyped_parameters_pack_by_value_type(module, fake_gpu):
+    k = fake_gpu.install(_untyped(module["all_types"]))
     assert all(p.type is None for p in k.params)
     out = torch.empty(1, dtype=torch.uint64)
     k.launch(1, 1, out, -1, 255, -2, 65535, -3, 2**32 - 1, -4, 2**64 - 1, 1.5, 0x3FC0, 2.5, 3.5, True, b"\x07" * 128)
@@ -239,7 +251,12 @@ def test_bind_packs_once_and_replaces_arguments(module, fake_gpu):
     bound = k.bind(5, 64, 2.0, x, y, 8)
     bound()
     first = fake_gpu.last
-    assert first.params == [struct.pack("<f", 2.0), struct.pack("<Q", x.data_ptr()), struct.pack("<Q", y.data_ptr()), struct.pack("<i", 8)]
+    assert first.params == [
+        struct.pack("<f", 2.0),
+        struct.pack("<Q", x.data_ptr()),
+        struct.pack("<Q", y.data_ptr()),
+        struct.pack("<i", 8),
+    ]
     bound(3.0, z)
     assert fake_gpu.last.params[:2] == [struct.pack("<f", 3.0), struct.pack("<Q", z.data_ptr())]
     assert fake_gpu.last.params[2:] == first.params[2:] and fake_gpu.last.stream == first.stream
@@ -247,7 +264,9 @@ def test_bind_packs_once_and_replaces_arguments(module, fake_gpu):
     assert fake_gpu.last.params == first.params
     with pytest.raises(lp.ArgumentError, match="out of range for i32"):
         bound(2.0, x, y, 2**40)
-    with pytest.raises(lp.ArgumentTypeError, match=r"kernel 'axpy<float>': launch\(\) got an unexpected keyword argument 'zz'"):
+    with pytest.raises(
+        lp.ArgumentTypeError, match=r"kernel 'axpy<float>': launch\(\) got an unexpected keyword argument 'zz'"
+    ):
         bound(zz=1)
 
 
@@ -280,25 +299,64 @@ def test_argument_errors(module, fake_gpu):
     cases = [
         (lambda: k.launch(1, 32, 1.0, x, x), lp.ArgumentTypeError, r"kernel 'axpy<float>' takes 4 arguments, got 3"),
         (lambda: k.launch(1, 32, 1.0, x, x, 1, 2), lp.ArgumentTypeError, r"takes 4 arguments, got 5"),
-        (lambda: k.launch(1, 32, 1.0, x, x, 8), lp.ArgumentError,
-         r"kernel 'axpy<float>', argument 1, param 1 \(\*fp32\): expected a CUDA tensor, got a torch.float32 tensor on cpu"),
-        (lambda: k.launch(1, 32, 1.0, "x", x, 8), lp.ArgumentTypeError, r"argument 1, param 1 \(\*fp32\): expected a tensor or device pointer, got str"),
-        (lambda: k.launch(1, 32, 1.0, 1.5, x, 8), lp.ArgumentTypeError, r"expected a device pointer \(tensor\), got float"),
-        (lambda: k.launch(2**31, 32, 1.0, 0, 0, 8), lp.ArgumentError, r"grid dimension x = 2147483648 is outside the device limit \[0, 2147483647\]"),
+        (
+            lambda: k.launch(1, 32, 1.0, x, x, 8),
+            lp.ArgumentError,
+            r"kernel 'axpy<float>', argument 1, param 1 \(\*fp32\): expected a CUDA tensor, got a torch.float32 tensor on cpu",
+        ),
+        (
+            lambda: k.launch(1, 32, 1.0, "x", x, 8),
+            lp.ArgumentTypeError,
+            r"argument 1, param 1 \(\*fp32\): expected a tensor or device pointer, got str",
+        ),
+        (
+            lambda: k.launch(1, 32, 1.0, 1.5, x, 8),
+            lp.ArgumentTypeError,
+            r"expected a device pointer \(tensor\), got float",
+        ),
+        (
+            lambda: k.launch(2**31, 32, 1.0, 0, 0, 8),
+            lp.ArgumentError,
+            r"grid dimension x = 2147483648 is outside the device limit \[0, 2147483647\]",
+        ),
         (lambda: k.launch((1, 65536), 32, 1.0, 0, 0, 8), lp.ArgumentError, r"grid dimension y = 65536"),
         (lambda: k.launch(-1, 32, 1.0, 0, 0, 8), lp.ArgumentError, r"grid dimension x = -1"),
         (lambda: k.launch((1, 2, 3, 4), 32, 1.0, 0, 0, 8), lp.ArgumentError, r"grid must have 1-3 dimensions"),
         (lambda: k.launch("a", 32, 1.0, 0, 0, 8), lp.ArgumentTypeError, r"grid must be an int or a tuple"),
-        (lambda: k.launch(1, (2, 2, 65), 1.0, 0, 0, 8), lp.ArgumentError, r"block dimension z = 65 is outside the device limit \[1, 64\]"),
-        (lambda: k.launch(1, 512, 1.0, 0, 0, 8), lp.ArgumentError, r"block 512 has 512 threads, the kernel allows at most 256 per block"),
+        (
+            lambda: k.launch(1, (2, 2, 65), 1.0, 0, 0, 8),
+            lp.ArgumentError,
+            r"block dimension z = 65 is outside the device limit \[1, 64\]",
+        ),
+        (
+            lambda: k.launch(1, 512, 1.0, 0, 0, 8),
+            lp.ArgumentError,
+            r"block 512 has 512 threads, the kernel allows at most 256 per block",
+        ),
         (lambda: k.launch(1, (16, 32), 1.0, 0, 0, 8), lp.ArgumentError, r"block \(16, 32\) has 512 threads"),
         (lambda: k.launch(1, 0, 1.0, 0, 0, 8), lp.ArgumentError, r"block dimension x = 0"),
-        (lambda: k.launch(1, 32, 1.0, 0, 0, 2**31), lp.ArgumentError, r"argument 3, param 3 \(i32\): 2147483648 is out of range for i32"),
+        (
+            lambda: k.launch(1, 32, 1.0, 0, 0, 2**31),
+            lp.ArgumentError,
+            r"argument 3, param 3 \(i32\): 2147483648 is out of range for i32",
+        ),
         (lambda: k.launch(1, 32, 1.0, 0, 0, -(2**31) - 1), lp.ArgumentError, r"out of range for i32"),
-        (lambda: k.launch(1, 32, 1.0, 0, 0, 1.5), lp.ArgumentTypeError, r"argument 3, param 3 \(i32\): cannot pack float 1.5 as i32"),
-        (lambda: k.launch(1, 32, "a", 0, 0, 1), lp.ArgumentTypeError, r"argument 0, param 0 \(fp32\): cannot pack str 'a' as fp32"),
+        (
+            lambda: k.launch(1, 32, 1.0, 0, 0, 1.5),
+            lp.ArgumentTypeError,
+            r"argument 3, param 3 \(i32\): cannot pack float 1.5 as i32",
+        ),
+        (
+            lambda: k.launch(1, 32, "a", 0, 0, 1),
+            lp.ArgumentTypeError,
+            r"argument 0, param 0 \(fp32\): cannot pack str 'a' as fp32",
+        ),
         (lambda: k.launch(1, 32, 1.0, 0, 0, 1, shared_mem=300 * 1024), lp.OutOfResources, r"307200"),
-        (lambda: k.launch(1, 32, 1.0, 0, 0, 1, stream="s"), lp.ArgumentTypeError, r"stream must be a torch.cuda.Stream"),
+        (
+            lambda: k.launch(1, 32, 1.0, 0, 0, 1, stream="s"),
+            lp.ArgumentTypeError,
+            r"stream must be a torch.cuda.Stream",
+        ),
     ]
     for fn, exc, message in cases:
         with pytest.raises(exc, match=message):
@@ -310,7 +368,10 @@ def test_argument_errors(module, fake_gpu):
 
 def test_dtype_that_contradicts_the_signature(module, fake_gpu):
     k = fake_gpu.install(module["axpy<float>"])
-    with pytest.raises(lp.ArgumentTypeError, match=r"argument 2, param 2 \(\*fp32\): expected a CUDA tensor|expected a torch.float32 tensor, got a torch.float64"):
+    with pytest.raises(
+        lp.ArgumentTypeError,
+        match=r"argument 2, param 2 \(\*fp32\): expected a CUDA tensor|expected a torch.float32 tensor, got a torch.float64",
+    ):
         k.launch(1, 32, 1.0, torch.empty(2), torch.empty(2, dtype=torch.float64), 2)
 
 
@@ -323,7 +384,7 @@ def test_wrong_size_struct_and_unpackable_values(module, fake_gpu):
         k.launch(1, 1, None, v[0], 256, *v[2:])
     with pytest.raises(lp.ArgumentError, match=r"argument 8, param 8 \(u64\): -1 is out of range for u64"):
         k.launch(1, 1, None, *v[:7], -1, *v[8:])
-    untyped = fake_gpu.install(lp.compile_cuda(SOURCE, "all_types", arch=90))
+    untyped = fake_gpu.install(_untyped(k))
     with pytest.raises(lp.ArgumentError, match=r"argument 1, param 1: int 300 does not fit in 1 bytes"):
         untyped.launch(1, 1, None, 300, *v[1:])
     with pytest.raises(lp.ArgumentError, match=r"argument 5, param 5: float64 .* is 8 bytes, the parameter 4"):
@@ -360,7 +421,9 @@ def test_nvrtc_error_carries_the_full_log():
 def test_defines_includes_and_options(tmp_path):
     (tmp_path / "twice.cuh").write_text("#define TWICE(x) (2 * (x))\n")
     src = '#include "twice.cuh"\nextern "C" __global__ void k(int* p) { p[0] = TWICE(N) + M; }'
-    k = lp.compile_cuda(src, "k", arch="sm_90", defines={"N": 3, "M": None}, include_dirs=[tmp_path], options=["-lineinfo"])
+    k = lp.compile_cuda(
+        src, "k", arch="sm_90", defines={"N": 3, "M": None}, include_dirs=[tmp_path], options=["-lineinfo"]
+    )
     assert k.params[0].size == 8
     with pytest.raises(lp.CompileError, match="M"):
         lp.compile_cuda(src.replace("+ M", "+ MM"), "k", arch=90, defines={"N": 3})
@@ -408,6 +471,8 @@ def test_kernel_is_freed_when_unreferenced(module):
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="no nvcc")
 def test_nvcc_cubin_with_opaque_struct_loads(tmp_path):  # pragma: no cover - developer machines only
     (tmp_path / "k.cu").write_text(SOURCE)
-    subprocess.run(["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")], check=True)
+    subprocess.run(
+        ["nvcc", "-cubin", "-arch=sm_90", "-o", str(tmp_path / "k.cubin"), str(tmp_path / "k.cu")], check=True
+    )
     k = lp.load_cubin(tmp_path / "k.cubin", "all_types", signature=ALL_TYPES_SIG)
     assert [(p.offset, p.size) for p in k.params] == ALL_TYPES_LAYOUT

@@ -74,7 +74,9 @@ def agree(gpu, compiled, python, call) -> tuple:
 
 
 INT_RANGES = {"i8": 8, "u8": 8, "i16": 16, "u16": 16, "i32": 32, "u32": 32, "i64": 64, "u64": 64}
-ints = st.one_of(st.integers(-(2**64), 2**65), st.sampled_from([0, 1, -1, 2**7, 2**8, 2**15, 2**31, 2**32, 2**63, 2**64]))
+ints = st.one_of(
+    st.integers(-(2**64), 2**65), st.sampled_from([0, 1, -1, 2**7, 2**8, 2**15, 2**31, 2**32, 2**63, 2**64])
+)
 floats = st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.sampled_from([1e39, -1e39, 65520.0, 1e-46]))
 any_value = st.one_of(ints, floats, st.booleans(), st.none(), st.text(max_size=3), st.binary(max_size=30),
                       st.builds(np.int32, st.integers(-(2**31), 2**31 - 1)), st.builds(np.float16, st.floats(width=16)))  # fmt: skip
@@ -91,7 +93,10 @@ def test_every_scalar_width_packs_or_refuses_alike(specs, monkeypatch, values, b
         params = result[5]
         for word, bits, value in zip(INT_RANGES, INT_RANGES.values(), values):
             assert params[1 + list(INT_RANGES).index(word)] == (value % (1 << bits)).to_bytes(bits // 8, "little")
-        assert params[10] == torch.tensor([values[9]], dtype=torch.float32).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+        assert (
+            params[10]
+            == torch.tensor([values[9]], dtype=torch.float32).to(torch.bfloat16).view(torch.int16).numpy().tobytes()
+        )
         assert params[14] == blob
 
 

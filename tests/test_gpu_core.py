@@ -295,7 +295,11 @@ def test_each_rejected_input_leaves_the_context_usable(kernels):
         (lambda: k.launch(2**31, 256, x, y, 2.0, 4096), lp.ArgumentError, "grid dimension x"),
         (lambda: k.launch((1, 70_000), 256, x, y, 2.0, 4096), lp.ArgumentError, "grid dimension y"),
         (lambda: k.launch(16, 2048, x, y, 2.0, 4096), lp.ArgumentError, r"block dimension x = 2048 .* \[1, 1024\]"),
-        (lambda: k.launch(16, (32, 32, 2), x, y, 2.0, 4096), lp.ArgumentError, "2048 threads, .* at most 1024 per block"),
+        (
+            lambda: k.launch(16, (32, 32, 2), x, y, 2.0, 4096),
+            lp.ArgumentError,
+            "2048 threads, .* at most 1024 per block",
+        ),
         (lambda: k.launch(16, (8, 8, 128), x, y, 2.0, 4096), lp.ArgumentError, "block dimension z"),
         (lambda: k.launch(16, 256, x, y, 2.0, 4096, shared_mem=10**6), lp.OutOfResources, "at most"),
         (lambda: k.launch(16, 256, x, y, "2", 4096), lp.ArgumentError, "fp32"),

@@ -431,7 +431,8 @@ def test_device_checks(kernels, fake_gpu):
     with pytest.raises(lp.ArgumentError) as e:
         k.launch(1, 8, x, x, x, 1.0)
     assert (
-        str(e.value) == "kernel 'axpy', argument 0 ('out'): expected a CUDA tensor, got a torch.float32 tensor on cpu; a pinned CPU tensor (.pin_memory()) would be readable by the device"
+        str(e.value)
+        == "kernel 'axpy', argument 0 ('out'): expected a CUDA tensor, got a torch.float32 tensor on cpu; a pinned CPU tensor (.pin_memory()) would be readable by the device"
     )
 
 

@@ -55,12 +55,17 @@ def f32(v: float) -> bytes:
     return struct.pack("<f", v)
 
 
+def _untyped(kernel):
+    """The kernel as a bare cubin gives it: sizes and offsets, no types."""
+    return lp.load_cubin(kernel.image, kernel.name)
+
+
 @pytest.fixture(scope="module")
 def cpp():
     return {
         "scale": lp.compile_cuda(SOURCE, "scale", arch=ARCH, signature="*fp32, *fp32, fp32, i32"),
         "mixed": lp.compile_cuda(SOURCE, "mixed", arch=ARCH, signature="*fp16, *fp64, i64, u8, i1, bf16, fp64, *u64"),
-        "untyped": lp.compile_cuda(SOURCE, "scale", arch=ARCH),
+        "untyped": _untyped(lp.compile_cuda(SOURCE, "scale", arch=ARCH)),
         "by_value": lp.compile_cuda(SOURCE, "by_value", arch=ARCH, signature="*fp32, bytes8"),
     }
 

@@ -92,8 +92,21 @@ EXPECTED_WORDS = {
     "tuple": ["*fp32", "*fp32", "fp32", "i32", "i32"],
     "tuple_const": ["*fp32", "*fp32", "fp32", "i32"],
     "host_desc": ["bytes128", "i32", "i32", "i64", "i64", "*fp16", "i32", "i32"],
-    "host_desc_sm80": ["*fp16", "i64", "i64", "i64", "i64", *["u1"] * len(DESCRIPTOR_FLAGS), "i32", "i32", "i64", "i64",
-                       "*fp16", "i32", "i32"],
+    "host_desc_sm80": [
+        "*fp16",
+        "i64",
+        "i64",
+        "i64",
+        "i64",
+        *["u1"] * len(DESCRIPTOR_FLAGS),
+        "i32",
+        "i32",
+        "i64",
+        "i64",
+        "*fp16",
+        "i32",
+        "i32",
+    ],
     "device_desc": ["*fp16", "*fp16", "i32", "i32"],
     "ctas2": ["*fp32", "*fp32", "*fp32", "i32"],
     "cast": ["*fp32", "*fp16", "i32"],
@@ -133,7 +146,9 @@ def cuobjdump_params(cubin: bytes, name: str, tmp_path: Path) -> list[tuple[int,
     exe = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     path = tmp_path / f"{name}.cubin"
     path.write_bytes(cubin)
-    lines = subprocess.run([str(exe), "-elf", str(path)], capture_output=True, text=True, check=True).stdout.splitlines()
+    lines = subprocess.run(
+        [str(exe), "-elf", str(path)], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
     start = lines.index(f".nv.info.{name}")
     records = []
     for line in lines[start + 1 :]:
@@ -183,9 +198,11 @@ def test_params_equal_the_cubin_and_cuobjdump(name, compiled, tmp_path):
     binary = kernels_in_image(cubin, "cubin")[c.metadata.name]
     layout = [(p.offset, p.size) for p in k.params]
     assert layout == [(p.offset, p.size) for p in binary.params]
-    assert [(i, off, size) for i, (off, size) in enumerate(layout)] == cuobjdump_params(cubin, c.metadata.name, tmp_path)
+    assert [(i, off, size) for i, (off, size) in enumerate(layout)] == cuobjdump_params(
+        cubin, c.metadata.name, tmp_path
+    )
     assert [p.type for p in k.params] == EXPECTED_WORDS[name] + SCRATCH_WORDS
-    assert [p.name for p in k.params[len(EXPECTED_WORDS[name]):]] == SCRATCH_NAMES
+    assert [p.name for p in k.params[len(EXPECTED_WORDS[name]) :]] == SCRATCH_NAMES
     assert k.name == c.metadata.name and k.image == cubin and k.image_kind == "cubin"
 
 
@@ -246,8 +263,9 @@ def test_from_jit_function_compiles_like_ast_source(compiled):
     assert k.image == ref.image
     assert (k.params, k.args, k.plan) == (ref.params, ref.args, ref.plan)
     # a signature as a string of the runtime arguments' types, in order; an int target
-    k2 = launchpad.from_triton(K.add_kernel, signature="*fp32, *fp32, *fp32, i32", constexprs={"BLOCK": 256},
-                               num_warps=2, target=90)
+    k2 = launchpad.from_triton(
+        K.add_kernel, signature="*fp32, *fp32, *fp32, i32", constexprs={"BLOCK": 256}, num_warps=2, target=90
+    )
     assert k2.plan.block == (64, 1, 1)
     assert [a.kind for a in k2.args if a.path] == ["param"] * 4 + ["const"]
     assert [a.align for a in k2.args[:3]] == [0, 0, 0]
@@ -261,8 +279,12 @@ def test_from_jit_function_errors():
     with pytest.raises(launchpad.ArgumentError, match=r"unknown arguments \['z'\]"):
         launchpad.from_triton(K.add_kernel, signature={"z": "i32"}, constexprs={"BLOCK": 64}, target=SM90)
     with pytest.raises(launchpad.ArgumentError, match=r"no type or constexpr value for arguments \['n'\]"):
-        launchpad.from_triton(K.add_kernel, signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
-                              constexprs={"BLOCK": 64}, target=SM90)
+        launchpad.from_triton(
+            K.add_kernel,
+            signature={"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32"},
+            constexprs={"BLOCK": 64},
+            target=SM90,
+        )
     with pytest.raises(launchpad.ArgumentError, match=r"expected a @triton\.jit function or a CompiledKernel"):
         launchpad.from_triton(lambda: None, target=SM90)
 
@@ -291,11 +313,17 @@ def test_add_rejects_what_the_specialization_excludes(compiled, fake_gpu):
         k[(4,)](x, y, out[2:], 4096, 1024)
     with pytest.raises(launchpad.ArgumentError, match=r"argument 3 \('n'\).*1000 is not a multiple of 16"):
         k[(4,)](x, y, out, 1000, 1024)
-    with pytest.raises(launchpad.ArgumentTypeError, match=r"'y_ptr'.*expected a torch.float32 tensor, got a torch.float16"):
+    with pytest.raises(
+        launchpad.ArgumentTypeError, match=r"'y_ptr'.*expected a torch.float32 tensor, got a torch.float16"
+    ):
         k[(4,)](x, y.half(), out, 4096, 1024)
-    with pytest.raises(launchpad.ArgumentError, match=r"argument 4 \('BLOCK'\): the kernel was specialized for 1024, got int 512"):
+    with pytest.raises(
+        launchpad.ArgumentError, match=r"argument 4 \('BLOCK'\): the kernel was specialized for 1024, got int 512"
+    ):
         k[(4,)](x, y, out, 4096, 512)
-    with pytest.raises(launchpad.ArgumentTypeError, match=r"takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 3; missing: n"):
+    with pytest.raises(
+        launchpad.ArgumentTypeError, match=r"takes 5 arguments \(x_ptr, y_ptr, out_ptr, n, BLOCK\), got 3; missing: n"
+    ):
         k[(4,)](x, y, out)
     assert fake_gpu.launches == []  # nothing reached the driver
     k[(4,)](x, y, out, 4096)  # a constexpr may be left out: the kernel has it built in
@@ -316,7 +344,9 @@ def test_matmul_large_shared_memory_and_int_one_constants(compiled, fake_gpu):
     assert launch.params == [q(a.data_ptr()), q(b.data_ptr()), q(c.data_ptr())] + [i32(256)] * 6 + [*NULL_SCRATCH]
     bad = list(args)
     bad[7] = 2
-    with pytest.raises(launchpad.ArgumentError, match=r"argument 7 \('sak'\): the kernel was specialized for 1, got int 2"):
+    with pytest.raises(
+        launchpad.ArgumentError, match=r"argument 7 \('sak'\): the kernel was specialized for 1, got int 2"
+    ):
         k[(2, 1)](*bad)
     bad = list(args)
     bad[13] = 128
@@ -336,7 +366,9 @@ def test_rowsum_and_strided_kernels(compiled, fake_gpu):
     x, out = aligned(300), aligned(600)
     k[(2,)](x, out, 300, 1, 2, 0.1, 256)
     assert fake_gpu.last.params == [q(x.data_ptr()), q(out.data_ptr()), i32(300), i32(2), f32(0.1), *NULL_SCRATCH]
-    with pytest.raises(launchpad.ArgumentError, match=r"argument 3 \('sx'\): the kernel was specialized for 1, got int 3"):
+    with pytest.raises(
+        launchpad.ArgumentError, match=r"argument 3 \('sx'\): the kernel was specialized for 1, got int 3"
+    ):
         k[(2,)](x, out, 300, 3, 2, 0.1, 256)
     with pytest.raises(launchpad.ArgumentError, match=r"'sx'.*specialized for 1, got bool True"):
         k[(2,)](x, out, 300, True, 2, 0.1, 256)  # True is not the int 1 (Triton would make it a u1 parameter)
@@ -348,7 +380,9 @@ def test_none_argument_is_a_constant(compiled, fake_gpu):
     k[1](x, y, None, out, 256, -1.5, 256)
     assert fake_gpu.last.params == [q(x.data_ptr()), q(y.data_ptr()), q(out.data_ptr()), i32(256), f32(-1.5),
                                     *NULL_SCRATCH]  # fmt: skip
-    with pytest.raises(launchpad.ArgumentError, match=r"argument 2 \('bias_ptr'\): the kernel was specialized for None"):
+    with pytest.raises(
+        launchpad.ArgumentError, match=r"argument 2 \('bias_ptr'\): the kernel was specialized for None"
+    ):
         k[1](x, y, out, out, 256, -1.5, 256)
 
 
@@ -373,7 +407,14 @@ def test_scalar_bytes_fp16_bf16_rounding_fp32_fp64_i64_u1(compiled, fake_gpu):
     assert params[6] == b"\x01"
     assert params[7:] == NULL_SCRATCH
     k[1](out, -2.0, -2.0, 3, 4, 7, False)  # ints for float parameters, like Triton's "d" format
-    assert fake_gpu.last.params[1:7] == [struct.pack("<e", -2.0), b"\x00\xc0", f32(3), struct.pack("<d", 4), i64(7), b"\x00"]
+    assert fake_gpu.last.params[1:7] == [
+        struct.pack("<e", -2.0),
+        b"\x00\xc0",
+        f32(3),
+        struct.pack("<d", 4),
+        i64(7),
+        b"\x00",
+    ]
     with pytest.raises(launchpad.ArgumentError, match=r"argument 5 \('e'\).*out of range for i64"):
         k[1](out, 0.0, 0.0, 0.0, 0.0, 2**63, True)
 
@@ -389,7 +430,9 @@ def test_tuple_arguments_flatten(compiled, fake_gpu):
     k = fake_gpu.install(launchpad.from_triton(compiled["tuple_const"]))
     k[1](out, (x, 2.5, 1), 100, 128)
     assert fake_gpu.last.params == [q(out.data_ptr()), q(x.data_ptr()), f32(2.5), i32(100), *NULL_SCRATCH]
-    with pytest.raises(launchpad.ArgumentError, match=r"argument 1\[2\] \('t'\): the kernel was specialized for 1, got int 2"):
+    with pytest.raises(
+        launchpad.ArgumentError, match=r"argument 1\[2\] \('t'\): the kernel was specialized for 1, got int 2"
+    ):
         k[1](out, (x, 2.5, 2), 100, 128)
 
 
@@ -401,7 +444,10 @@ def test_dtype_constexpr_is_stored_as_str_and_compares(compiled, fake_gpu, tmp_p
         x, out = aligned(256), aligned(256, torch.float16)
         kernel[1](x, out, 256, tl.float16, 256)
         assert fake_gpu.last.params[:3] == [q(x.data_ptr()), q(out.data_ptr()), i32(256)]
-        with pytest.raises(launchpad.ArgumentError, match=r"'OUT'\): the kernel was specialized for 'fp16', got dtype triton.language.float32"):
+        with pytest.raises(
+            launchpad.ArgumentError,
+            match=r"'OUT'\): the kernel was specialized for 'fp16', got dtype triton.language.float32",
+        ):
             kernel[1](x, out, 256, tl.float32, 256)
 
 
@@ -452,16 +498,23 @@ def test_host_tensor_descriptor_errors(compiled, fake_gpu, monkeypatch):
     k = fake_gpu.install(launchpad.from_triton(compiled["host_desc"]))
     base = aligned(128 * 192, torch.float16).view(128, 192)
     out = aligned(128 * 192, torch.float16)
-    with pytest.raises(launchpad.ArgumentError, match=r"argument 0 \('in_desc'\): the kernel was compiled for block shape \[64, 64\], got \[32, 64\]"):
+    with pytest.raises(
+        launchpad.ArgumentError,
+        match=r"argument 0 \('in_desc'\): the kernel was compiled for block shape \[64, 64\], got \[32, 64\]",
+    ):
         k[1](TensorDescriptor.from_tensor(base, [32, 64]), out, 128, 192, 64, 64)
-    with pytest.raises(launchpad.ArgumentTypeError, match=r"'in_desc'.*expected a torch.float16 tensor, got a torch.float32"):
+    with pytest.raises(
+        launchpad.ArgumentTypeError, match=r"'in_desc'.*expected a torch.float16 tensor, got a torch.float32"
+    ):
         k[1](TensorDescriptor.from_tensor(base.float(), [64, 64]), out, 128, 192, 64, 64)
     with pytest.raises(launchpad.ArgumentTypeError, match=r"'in_desc'.*expected a TensorDescriptor"):
         k[1](base, out, 128, 192, 64, 64)
     odd = types.SimpleNamespace(base=base, shape=[128, 100], strides=[100, 1], block_shape=[64, 64], padding="zero")
     with pytest.raises(launchpad.ArgumentError, match=r"strides \[100, 1\] of 2-byte elements are not multiples of 16"):
         k[1](odd, out, 128, 192, 64, 64)
-    odd = types.SimpleNamespace(base=base, shape=[128, 192, 1], strides=[192, 1, 1], block_shape=[64, 64], padding="zero")
+    odd = types.SimpleNamespace(
+        base=base, shape=[128, 192, 1], strides=[192, 1, 1], block_shape=[64, 64], padding="zero"
+    )
     with pytest.raises(launchpad.ArgumentError, match=r"rank-2 descriptor, got shape \[128, 192, 1\]"):
         k[1](odd, out, 128, 192, 64, 64)
     assert fake_gpu.launches == []
@@ -483,8 +536,20 @@ def test_host_tensor_descriptor_pointer_form(compiled, fake_gpu):
         k[(2, 3)](descriptor(base, [64, 64], padding), out, 128, 192, 64, 64)
         flags = {"padding": bytes([padding == "nan"]), "round_f32_to_tf32": b"\x00"}
         assert fake_gpu.last.params == [
-            q(base.data_ptr()), i64(128), i64(192), i64(192), i64(1), *(flags[f] for f in DESCRIPTOR_FLAGS),
-            i32(128), i32(192), i64(192), i64(1), q(out.data_ptr()), i32(128), i32(192), *NULL_SCRATCH,
+            q(base.data_ptr()),
+            i64(128),
+            i64(192),
+            i64(192),
+            i64(1),
+            *(flags[f] for f in DESCRIPTOR_FLAGS),
+            i32(128),
+            i32(192),
+            i64(192),
+            i64(1),
+            q(out.data_ptr()),
+            i32(128),
+            i32(192),
+            *NULL_SCRATCH,
         ]
 
 
@@ -565,7 +630,11 @@ def test_load_triton_from_the_cache_folder(name, compiled):
 def test_load_triton_runs_with_runtime_arguments_only(compiled, fake_gpu):
     k = fake_gpu.install(launchpad.load_triton(cache_folder(compiled["matmul"])))
     # 3.4's TTIR names no argument, and sak/sbn/scn specialized away leave the source's 12 for 9 values
-    names = ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "sam", "sbk", "scm"] if VERSION >= (3, 5) else [f"arg{i}" for i in range(9)]
+    names = (
+        ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "sam", "sbk", "scm"]
+        if VERSION >= (3, 5)
+        else [f"arg{i}" for i in range(9)]
+    )
     assert [a.name for a in k.args if a.path] == names
     a, b, c = aligned(4096, torch.float16), aligned(4096, torch.float16), aligned(4096, torch.float16)
     k[(1, 1)](a, b, c, 64, 64, 64, 64, 64, 64)
@@ -646,7 +715,10 @@ def test_cache_folders_and_artifacts_load_without_triton(compiled, tmp_path):
     for name, folder_json in zip(names, out["folders"]):
         ref = launchpad.from_triton(compiled[name]).to_json()
         assert folder_json["plan"] == ref["plan"]
-        assert [p.pop("name") for p in folder_json["params"]] == [p.pop("name") for p in ref["params"]] or VERSION < (3, 5)
+        assert [p.pop("name") for p in folder_json["params"]] == [p.pop("name") for p in ref["params"]] or VERSION < (
+            3,
+            5,
+        )
         assert folder_json["params"] == ref["params"]
 
 
@@ -660,7 +732,9 @@ def test_tensordesc_converter_entry_points_agree(compiled):
     plain = launchpad._checks.CONVERTERS["tensordesc"](desc, -1, 0, k._context, arg, **arg.options)
     special = _tensordesc.tensordesc.specialize(**arg.options)(desc, -1, 0, k._context, arg)
     flags = {"padding": HAS_PADDING, "round_f32_to_tf32": False}
-    assert plain == special == (base.data_ptr(), 128, 192, 192, 1, *(flags[f] for f in DESCRIPTOR_FLAGS), 128, 192, 192, 1)
+    assert (
+        plain == special == (base.data_ptr(), 128, 192, 192, 1, *(flags[f] for f in DESCRIPTOR_FLAGS), 128, 192, 192, 1)
+    )
     assert len(plain) == len(arg.params)
 
 
@@ -701,7 +775,10 @@ def test_triton_3_4_layout_one_scratch_pointer_and_wide_bools(compiled, fake_gpu
 def test_versions_outside_the_supported_range_are_refused(compiled):
     md = lpt._metadata_of(compiled["add"])
     for version in ("3.3.1", "3.10.0", "4.0.0"):
-        with pytest.raises(launchpad.UnsupportedVersion, match=rf"compiled by Triton {version}; launchpad launches kernels of Triton 3\.4 to 3\.9"):
+        with pytest.raises(
+            launchpad.UnsupportedVersion,
+            match=rf"compiled by Triton {version}; launchpad launches kernels of Triton 3\.4 to 3\.9",
+        ):
             lpt._build(compiled["add"].asm["cubin"], {**md, "triton_version": version}, None, "add_kernel")
     with pytest.raises(launchpad.UnsupportedVersion, match=r"instrumentation_mode='gsan'.*launch it with Triton"):
         lpt._build(compiled["add"].asm["cubin"], {**md, "instrumentation_mode": "gsan"}, None, "add_kernel")
@@ -711,7 +788,9 @@ def test_installed_triton_outside_the_range_is_refused(monkeypatch):
     from launchpad import _triton_versions
 
     monkeypatch.setattr(triton, "__version__", "3.10.0")
-    with pytest.raises(launchpad.UnsupportedVersion, match=r"Triton 3\.10\.0 is installed; .* supports Triton 3\.4 to 3\.9"):
+    with pytest.raises(
+        launchpad.UnsupportedVersion, match=r"Triton 3\.10\.0 is installed; .* supports Triton 3\.4 to 3\.9"
+    ):
         _triton_versions.check_installed()
     with pytest.raises(launchpad.UnsupportedVersion, match=r"Triton 3\.10\.0 is installed"):
         launchpad.from_triton(K.add_kernel, signature="*fp32, *fp32, *fp32, i32", constexprs={"BLOCK": 64}, target=SM90)
@@ -727,9 +806,15 @@ def _sm80_descriptor_kernel(compiled, version: str):
     return launchpad.Kernel(lpt._build(c.asm["cubin"], md, leaves, "host_desc_kernel"))
 
 
-@pytest.mark.parametrize("version, flags", [("3.5.1", ["padding"]), ("3.6.0", ["padding"]),
-                                            ("3.7.1", ["padding", "round_f32_to_tf32"]),
-                                            ("3.9.0", ["padding", "round_f32_to_tf32"])])
+@pytest.mark.parametrize(
+    "version, flags",
+    [
+        ("3.5.1", ["padding"]),
+        ("3.6.0", ["padding"]),
+        ("3.7.1", ["padding", "round_f32_to_tf32"]),
+        ("3.9.0", ["padding", "round_f32_to_tf32"]),
+    ],
+)
 def test_pointer_form_descriptor_flags_by_version(compiled, fake_gpu, version, flags):
     """3.5 and 3.6 pass one NaN-padding byte; 3.7+ a round_f32_to_tf32 byte after it."""
     if len(flags) != len(DESCRIPTOR_FLAGS):  # the cubin has the installed Triton's parameter count
@@ -739,15 +824,18 @@ def test_pointer_form_descriptor_flags_by_version(compiled, fake_gpu, version, f
     k = fake_gpu.install(_sm80_descriptor_kernel(compiled, version))
     base = aligned(128 * 192, torch.float16).view(128, 192)
     out = aligned(128 * 192, torch.float16)
-    desc = types.SimpleNamespace(base=base, shape=(128, 192), strides=(192, 1), block_shape=[64, 64], padding="nan",
-                                 round_f32_to_tf32=True)
+    desc = types.SimpleNamespace(
+        base=base, shape=(128, 192), strides=(192, 1), block_shape=[64, 64], padding="nan", round_f32_to_tf32=True
+    )
     k[1](desc, out, 128, 192, 64, 64)
     assert fake_gpu.last.params[5 : 5 + len(flags)] == [b"\x01"] * len(flags)
     assert [p.name for p in k.params[5 : 5 + len(flags)]] == [f"in_desc.{f}" for f in flags]
 
 
-@pytest.mark.parametrize("version, tf32, doubled", [("3.4.0", False, False), ("3.6.0", False, True),
-                                                    ("3.7.1", True, False), ("3.9.0", True, False)])
+@pytest.mark.parametrize(
+    "version, tf32, doubled",
+    [("3.4.0", False, False), ("3.6.0", False, True), ("3.7.1", True, False), ("3.9.0", True, False)],
+)
 def test_tma_descriptor_tf32_and_fp4_rules_by_version(compiled, monkeypatch, version, tf32, doubled):
     """TF32 maps from 3.7; an fp4-padded descriptor passes its doubled last dimension as the i32
     shape in 3.5 and 3.6 only (every version encodes it doubled)."""
@@ -756,22 +844,38 @@ def test_tma_descriptor_tf32_and_fp4_rules_by_version(compiled, monkeypatch, ver
     conv = Convention(parse_version(version))
     calls = fake_encoder(monkeypatch)
     meta = {"swizzle": 3, "elem_size": 4, "elem_type": 7, "block_size": [64, 16], "fp4_padded": False}
-    convert = _tensordesc.converter(rank=2, dtype="fp32", block=[64, 16], meta=meta, flags=conv.descriptor_flags,
-                                    fp4_shape_doubled=conv.fp4_shape_doubled, tf32_maps=conv.tf32_maps)
+    convert = _tensordesc.converter(
+        rank=2,
+        dtype="fp32",
+        block=[64, 16],
+        meta=meta,
+        flags=conv.descriptor_flags,
+        fp4_shape_doubled=conv.fp4_shape_doubled,
+        tf32_maps=conv.tf32_maps,
+    )
     k = launchpad.from_triton(compiled["host_desc"])
     arg = next(a for a in k.args if a.kind == "expand")
     base = aligned(128 * 64).view(128, 64)
-    desc = types.SimpleNamespace(base=base, shape=(128, 64), strides=(64, 1), block_shape=[64, 16], padding="zero",
-                                 round_f32_to_tf32=True)
+    desc = types.SimpleNamespace(
+        base=base, shape=(128, 64), strides=(64, 1), block_shape=[64, 16], padding="zero", round_f32_to_tf32=True
+    )
     values = convert(desc, -1, 0, k._context, arg)
     assert values[1:] == (128, 64, 64, 1)
     assert calls[-1][0] == (11 if tf32 else 7)  # CU_TENSOR_MAP_DATA_TYPE_TFLOAT32 / FLOAT32
     fp4 = {**meta, "elem_size": 1, "elem_type": 0, "fp4_padded": True}
-    convert = _tensordesc.converter(rank=2, dtype="", block=[64, 16], meta=fp4, flags=conv.descriptor_flags,
-                                    fp4_shape_doubled=conv.fp4_shape_doubled, tf32_maps=conv.tf32_maps)
+    convert = _tensordesc.converter(
+        rank=2,
+        dtype="",
+        block=[64, 16],
+        meta=fp4,
+        flags=conv.descriptor_flags,
+        fp4_shape_doubled=conv.fp4_shape_doubled,
+        tf32_maps=conv.tf32_maps,
+    )
     u8 = (torch.arange(128 * 64, dtype=torch.int32) % 251).to(torch.uint8)
-    desc = types.SimpleNamespace(base=u8.view(128, 64), shape=(128, 64), strides=(64, 1), block_shape=[64, 16],
-                                 padding="zero")
+    desc = types.SimpleNamespace(
+        base=u8.view(128, 64), shape=(128, 64), strides=(64, 1), block_shape=[64, 16], padding="zero"
+    )
     values = convert(desc, -1, 0, k._context, arg)
     assert values[1:3] == ((128, 128) if doubled else (128, 64))
     assert calls[-1][3] == [128, 128]  # the encoded dims, innermost first: always doubled
@@ -795,20 +899,37 @@ def test_ttir_of_each_version_groups_tuples_and_descriptors():
       %d.stride.1_3: i64 loc("d.stride.1"(#loc)), %e: !tt.tensordesc<64x64xf16> loc("e"(#loc)),
       %e.shape.0: i32 loc("e.shape.0"(#loc)), %e.shape.1: i32 loc("e.shape.1"(#loc)),
       %e.stride.0: i64 loc("e.stride.0"(#loc)), %e.stride.1: i64 loc("e.stride.1"(#loc)), %n: i32 loc("n"(#loc))) attributes {}"""
-    expected = [("out", (0,), "*fp32", True), ("t", (1, 0), "*fp32", False), ("t", (1, 1), "fp32", False),
-                ("d", (2,), "tensordesc<fp16[?, ?]>", False)]
+    expected = [
+        ("out", (0,), "*fp32", True),
+        ("t", (1, 0), "*fp32", False),
+        ("t", (1, 1), "fp32", False),
+        ("d", (2,), "tensordesc<fp16[?, ?]>", False),
+    ]
     assert [(x.name, x.path, x.type, x.divisible) for x in lpt._ttir_leaves(old, "k", Convention((3, 6)))] == [
-        *expected, ("n", (3,), "i32", False)]
+        *expected,
+        ("n", (3,), "i32", False),
+    ]
     assert [(x.name, x.path, x.type, x.divisible) for x in lpt._ttir_leaves(new, "k", Convention((3, 9)))] == [
-        *expected, ("e", (3,), "tensordesc<fp16[64, 64]>", False), ("n", (4,), "i32", False)]
+        *expected,
+        ("e", (3,), "tensordesc<fp16[64, 64]>", False),
+        ("n", (4,), "i32", False),
+    ]
 
 
 def test_profile_scratch_is_zero_filled_from_3_8(compiled):
     md = lpt._metadata_of(compiled["add"])
     for version, zero in (("3.6.0", False), ("3.7.1", False), ("3.8.0", True), ("3.9.0", True)):
-        arg = lpt._scratch_arg({**md, "triton_version": version, "profile_scratch_size": 64}, "profile", 4,
-                               lpt.convention({**md, "triton_version": version}))
-        assert arg.options == {"size": 64, "align": md.get("profile_scratch_align", 1), **({"zero": True} if zero else {})}
+        arg = lpt._scratch_arg(
+            {**md, "triton_version": version, "profile_scratch_size": 64},
+            "profile",
+            4,
+            lpt.convention({**md, "triton_version": version}),
+        )
+        assert arg.options == {
+            "size": 64,
+            "align": md.get("profile_scratch_align", 1),
+            **({"zero": True} if zero else {}),
+        }
 
 
 def test_oversized_shared_memory_mode_from_3_8(compiled):

@@ -166,8 +166,15 @@ def test_tuple_arguments(tmp_path):
     (out,) = check_all_ways(K.tuple_kernel, (triton.cdiv(n, 128),), [rand(n), (x, 2.5, 3), n], [0], tmp_path,
                             kwargs={"BLOCK": 128})  # fmt: skip
     torch.testing.assert_close(out, x * 2.5 + 3)  # Triton may fuse the multiply-add
-    (out,) = check_all_ways(K.tuple_kernel, (triton.cdiv(n, 128),), [rand(n), (x, 2.5, 1), n], [0], tmp_path,
-                            kwargs={"BLOCK": 128}, cache=False)  # the cache folder cannot know t[2] == 1
+    (out,) = check_all_ways(
+        K.tuple_kernel,
+        (triton.cdiv(n, 128),),
+        [rand(n), (x, 2.5, 1), n],
+        [0],
+        tmp_path,
+        kwargs={"BLOCK": 128},
+        cache=False,
+    )  # the cache folder cannot know t[2] == 1
     torch.testing.assert_close(out, x * 2.5 + 1)
 
 
@@ -268,7 +275,9 @@ def test_metadata_beyond_the_device_is_refused_at_load():
         return launchpad.Kernel(k.image, "cubin", k.name, k.params, args=k.args, display_name="matmul_kernel",
                                 plan=dataclasses.replace(k.plan, **changes))  # fmt: skip
 
-    with pytest.raises(launchpad.OutOfResources, match=rf"'matmul_kernel' asks for {optin + 1024} bytes of dynamic shared memory"):
+    with pytest.raises(
+        launchpad.OutOfResources, match=rf"'matmul_kernel' asks for {optin + 1024} bytes of dynamic shared memory"
+    ):
         with_plan(shared_mem=optin + 1024).load()
     with pytest.raises(launchpad.OutOfResources, match="needs 2048 threads per block but allows at most"):
         with_plan(block=(2048, 1, 1)).load()
