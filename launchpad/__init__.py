@@ -12,6 +12,7 @@ from ._artifact import load
 from ._cache import cache_dir
 from ._cpp import compile_cuda, compile_cuda_module, compile_cuda_object, link
 from ._executor import launch_path
+from ._loader import ModuleCallbacks
 from ._numba import from_numba
 from ._spec import Arg, KernelSpec, LaunchPlan
 from ._torch_op import torch_op
@@ -52,6 +53,7 @@ __all__ = [
     "KernelSpec",
     "LaunchpadError",
     "LaunchpadWarning",
+    "ModuleCallbacks",
     "NoDeviceError",
     "OutOfResources",
     "TritonLauncher",

@@ -16,6 +16,7 @@ runtime would on its first call.
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 import warnings
 from collections.abc import Iterator
@@ -193,6 +194,28 @@ def load_function(image: bytes, name: str, device: int) -> tuple[Any, Any]:
     return module, function
 
 
+def load_library(image: bytes, kind: str, name: str, device: int) -> tuple[Any, Any]:
+    """Load an image as a cuda.core ``ObjectCode`` (a ``CUlibrary``: what numba-cuda's module
+    callbacks take) and get ``name``'s function in ``device``'s context.
+
+    Returns ``(object_code, function)``; the library is unloaded when the ObjectCode goes.
+    """
+    from cuda.core import ObjectCode
+
+    library = getattr(ObjectCode, f"from_{kind}")(image)
+    try:
+        kernel = library.get_kernel(name)
+    except Exception as exc:  # cuda.core's CUDAError names the CUresult in its message
+        found = re.search(r"CUDA_ERROR_\w+", str(exc))
+        if found is None or not hasattr(CUresult, found.group()):
+            raise
+        code = getattr(CUresult, found.group())
+        raise CudaError(int(code), *error_text(code), f"cuLibraryLoadData/cuLibraryGetKernel({name!r})") from None
+    with device_context(device):
+        function = check(_cu.cuKernelGetFunction(_cu.CUkernel(int(kernel.handle))), "cuKernelGetFunction")
+    return library, function
+
+
 def unload_module(module: Any, device: int) -> None:
     """Unload a module.
 
@@ -323,6 +346,12 @@ def stream_wait(stream: int, producer: int) -> None:
         check(_cu.cuStreamWaitEvent(_cu.CUstream(stream), event, 0), "cuStreamWaitEvent")
     finally:
         _cu.cuEventDestroy(event)  # released by the driver once the wait is resolved
+
+
+def copy_to_device(address: int, data: bytes, stream: int) -> None:
+    """Copy host bytes to device memory in stream order (the driver stages pageable memory before
+    it returns, so ``data`` may go at once)."""
+    check(_cu.cuMemcpyHtoDAsync(address, data, len(data), _cu.CUstream(stream)), "cuMemcpyHtoDAsync")
 
 
 def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:

@@ -11,8 +11,12 @@ drops the loader's references, and the module goes once those launches return.
 
 from __future__ import annotations
 
+import functools
 import threading
+import warnings
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -20,9 +24,9 @@ import torch
 from . import _driver
 from ._binary import arch_runs_on, image_arch
 from ._spec import KernelSpec
-from .errors import ArgumentError, BinaryError, CudaError, NoDeviceError, OutOfResources
+from .errors import ArgumentError, BinaryError, CudaError, LaunchpadError, NoDeviceError, OutOfResources
 
-__all__ = ["LoadedModule", "Loader"]
+__all__ = ["LoadedModule", "Loader", "ModuleCallbacks"]
 
 # The fields of an entry tuple, by index (the compiled executor reads the same positions): the
 # function (cuda.bindings), its limits, its address, the driver's launch entry points and the
@@ -41,16 +45,27 @@ _IMAGE_ERRORS = frozenset({
 })  # fmt: skip
 
 
+@dataclass(frozen=True)
+class ModuleCallbacks:
+    """Functions to run with each module a kernel loads, as numba-cuda runs a linked file's
+    ``setup_callback`` / ``teardown_callback``: each gets the loaded cuda.core ``ObjectCode``
+    (its ``handle`` is the ``CUlibrary``), setup right after the load on that device (before the
+    first launch), teardown before the module is unloaded."""
+
+    setup: tuple[Callable[[Any], Any], ...] = ()
+    teardown: tuple[Callable[[Any], Any], ...] = ()
+
+
 class LoadedModule:
     """A module loaded into one device, unloaded when the last reference to this object goes."""
 
     __slots__ = ("__weakref__", "device", "function", "handle")
 
-    def __init__(self, handle: Any, function: Any, device: int):
+    def __init__(self, handle: Any, function: Any, device: int, release: Callable[[Any, int], None] | None = None):
         self.handle = handle
         self.function = function
         self.device = device
-        finalizer = weakref.finalize(self, _unload, handle, device)
+        finalizer = weakref.finalize(self, release or _unload, handle, device)
         finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
 
 
@@ -58,11 +73,22 @@ def _unload(handle: Any, device: int) -> None:
     _driver.unload_module(handle, device)  # looked up at the time: raises nothing, takes no lock
 
 
+def _tear_down(teardown: tuple, library: Any, device: int) -> None:
+    """Run teardown callbacks, then let cuda.core unload the library. A finalizer: raises nothing."""
+    for callback in teardown:
+        try:
+            with _driver.device_context(device):
+                callback(library)
+        except Exception as exc:
+            warnings.warn(f"a module teardown callback failed on cuda:{device}: {exc!r}", ResourceWarning, stacklevel=2)
+
+
 class Loader:
     """Per-device module handles and launch limits of one kernel (see the module documentation)."""
 
-    def __init__(self, spec: KernelSpec):
+    def __init__(self, spec: KernelSpec, callbacks: ModuleCallbacks | None = None):
         self.spec = spec
+        self.callbacks = callbacks
         self.name = spec.display_name
         self.modules: dict[int, LoadedModule] = {}
         self.entries: dict[int, tuple] = {}  # device -> entry tuple, read by the executors
@@ -128,6 +154,8 @@ class Loader:
         except (AssertionError, RuntimeError) as exc:
             raise NoDeviceError(f"{what} cannot be loaded: torch cannot use CUDA ({exc})") from None
         try:
+            if self.callbacks is not None:
+                return self._load_library(device)
             handle, function = _driver.load_function(spec.image, spec.name, device)
         except CudaError as exc:
             if exc.name in _IMAGE_ERRORS:
@@ -135,6 +163,23 @@ class Loader:
                 raise BinaryError(f"{what}: {here} cannot load its {spec.image_kind}{built}: {exc}") from exc
             raise exc.within(f"{what}, loading into {here}") from None
         return LoadedModule(handle, function, device)
+
+    def _load_library(self, device: int) -> LoadedModule:
+        """Load through cuda.core (a ``CUlibrary``, what numba-cuda's callbacks are written for)
+        and run the setup callbacks with it."""
+        spec, callbacks = self.spec, self.callbacks
+        assert callbacks is not None
+        library, function = _driver.load_library(spec.image, spec.image_kind, spec.name, device)
+        module = LoadedModule(library, function, device, release=functools.partial(_tear_down, callbacks.teardown))
+        for callback in callbacks.setup:
+            try:
+                with _driver.device_context(device):
+                    callback(library)
+            except Exception as exc:
+                name = getattr(callback, "__qualname__", repr(callback))
+                raise LaunchpadError(f"kernel {self.name!r}: the module setup callback {name} failed on cuda:{device}: "
+                                     f"{exc!r}") from exc  # fmt: skip
+        return module
 
     # --- dynamic shared memory ------------------------------------------------------------------
 

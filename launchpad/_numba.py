@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _cpp, _numba_args  # noqa: F401  (_numba_args registers the converters the kernels use)
+from ._loader import ModuleCallbacks
 from ._spec import Arg, LaunchPlan
 from .errors import CompileError, LaunchpadError
 from .kernel import Kernel
@@ -89,7 +90,8 @@ def from_numba(
     CompileError
         Numba or nvJitLink refused the code (the message has their log).
     LaunchpadError
-        A signature launchpad cannot pass (records, datetimes, ...).
+        A signature launchpad cannot pass (datetimes, ...), or a kernel that needs Numba's
+        runtime (NRT).
     """
     with _numpy_row_stack_alias():
         return _from_numba(fn, signature, arch, lto, link)
@@ -147,12 +149,18 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
     cc = _compute_capability(arch)
     options = {k: target_options[k] for k in _JIT_OPTIONS if target_options.get(k) is not None}
     compiled = _compile(pyfunc, argtypes, cc, lto, options)
+    _refuse_nrt(name, compiled)
     objects = [*compiled.codes, *(_numba_object(f, arch, compiled.output) for f in compiled.linking_files), *link]
     if compiled.cooperative:
         objects.append(_cudadevrt())
     # LTO when Numba's code is LTO-IR; otherwise link decides from the objects given
     lto_link = True if compiled.output == "ltoir" else None
-    linked = _cpp.link_spec(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
+    try:
+        linked = _cpp.link_spec(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
+    except CompileError as exc:
+        if "NRT_" in str(exc.log):
+            _refuse_nrt(name, replace(compiled, uses_nrt=True))
+        raise
     kernel = Kernel(
         linked.replace(
             params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),
@@ -165,7 +173,8 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
                 "cooperative": compiled.cooperative,
                 "lto": compiled.output == "ltoir",
             },
-        )
+        ),
+        callbacks=ModuleCallbacks(compiled.setup, compiled.teardown) if compiled.setup or compiled.teardown else None,
     )
     # device arrays a kernel captured from globals: their addresses are baked into the code
     kernel._numba_keepalive = compiled.keepalive  # type: ignore[attr-defined]
@@ -192,7 +201,7 @@ def describe_arguments(argtypes: Sequence[Any], names: Sequence[str]) -> tuple[l
         if isinstance(ty, types.Array):
             dtype, itemsize = _element_dtype(ty.dtype, name, ty)
             n = ty.ndim
-            words.extend(["*void", "*void", "i64", "i64", f"*{_ELEMENT_WORDS[dtype]}", *["i64"] * (2 * n)])
+            words.extend(["*void", "*void", "i64", "i64", f"*{_ELEMENT_WORDS.get(dtype, 'void')}", *["i64"] * (2 * n)])
             param_names.extend(
                 [f"{label}.meminfo", f"{label}.parent", f"{label}.nitems", f"{label}.itemsize", f"{label}.data"]
                 + [f"{label}.shape[{d}]" for d in range(n)]
@@ -209,6 +218,12 @@ def describe_arguments(argtypes: Sequence[Any], names: Sequence[str]) -> tuple[l
         elif isinstance(ty, types.BaseTuple):
             for j, element in enumerate(ty):
                 add(element, (*path, j), f"{label}[{j}]", name)
+        elif isinstance(ty, types.Record):  # by pointer to a device copy, as Numba's dispatcher passes it
+            words.append("*void")
+            param_names.append(label)
+            fields = [[f, ty.offset(f), str(ty.typeof(f))] for f in ty.fields]
+            options = {"itemsize": ty.size, "type": str(ty), "fields": fields}
+            args.append(Arg(name, "expand", path, params=(first,), converter="numba_record", options=options))
         else:
             words.append(_scalar_word(ty, name))
             param_names.append(label)
@@ -237,7 +252,7 @@ def _scalar_word(ty: Any, name: str) -> str:
         return "*void"
     raise LaunchpadError(
         f"argument {name!r}: launchpad cannot pass Numba type {ty} (it passes arrays, integers, floats, "
-        "booleans, complex numbers, pointers and tuples of these)"
+        "booleans, complex numbers, pointers, records and tuples of these)"
     )
 
 
@@ -251,6 +266,10 @@ def _numpy_name(ty: Any) -> str | None:
 
 
 def _element_dtype(ty: Any, name: str, array: Any) -> tuple[str, int]:
+    from numba.cuda import types
+
+    if isinstance(ty, types.Record):  # opaque bytes of the record's size (numpy's "V16")
+        return f"V{ty.size}", ty.size
     dtype = _numpy_name(ty)
     if dtype not in _ELEMENT_WORDS:
         raise LaunchpadError(
@@ -304,6 +323,9 @@ class _Compiled:
     cooperative: bool  # the code synchronizes the grid
     linking_files: list[Any]  # files declared with declare_device(link=...)
     keepalive: dict  # objects the code refers to by address
+    setup: tuple = ()  # the linked files' module callbacks, as numba-cuda collects them
+    teardown: tuple = ()
+    uses_nrt: bool = False  # the code calls Numba's runtime (allocates, reference-counts)
 
 
 @contextlib.contextmanager
@@ -359,6 +381,9 @@ def _compile(pyfunc: Any, argtypes: tuple, cc: tuple, lto: bool, options: dict) 
                 bool(lib.use_cooperative),
                 list(lib._linking_files),
                 dict(getattr(lib, "referenced_objects", {})),
+                _callbacks(getattr(lib, "_setup_functions", ())),
+                _callbacks(getattr(lib, "_teardown_functions", ())),
+                bool(_NRT_CALLS.search("\n".join(getattr(lib, "llvm_strs", ())))),
             )
     except LaunchpadError:
         raise
@@ -386,7 +411,7 @@ def _compile_public(pyfunc: Any, argtypes: tuple, cc: tuple, options: dict) -> _
     if len(entries) != 1:
         raise LaunchpadError(f"expected one kernel in Numba's PTX for {pyfunc.__name__!r}, found {entries}")
     cooperative = any(re.search(rf"\b{s}\b", ptx) for s in _GRID_SYNC_SYMBOLS)
-    return _Compiled([ptx.encode()], "ptx", entries[0], cooperative, [], {})
+    return _Compiled([ptx.encode()], "ptx", entries[0], cooperative, [], {}, uses_nrt=bool(_NRT_CALLS.search(ptx)))
 
 
 # --- linking --------------------------------------------------------------------------------------
@@ -402,12 +427,7 @@ def _numba_object(item: Any, arch: str, output: str) -> Any:
         if path.suffix == ".cu":
             return _cpp.compile_cuda_object(path.read_text(), arch=arch, output=output, include_dirs=[path.parent])
         data, kind = path.read_bytes(), path.suffix.lstrip(".")
-    else:
-        if any(getattr(item, attr, None) for attr in ("setup_callback", "teardown_callback", "nrt")):
-            raise LaunchpadError(
-                f"cannot link {getattr(item, 'name', item)!r}: launchpad does not run Numba's module setup/teardown "
-                "callbacks or its runtime (NRT)"
-            )
+    else:  # a LinkableCode: its callbacks come with the code library (see _callbacks)
         data = item.data
         kind = _linkable_kind(item)
         if kind == "cu":
@@ -419,6 +439,35 @@ def _numba_object(item: Any, arch: str, output: str) -> Any:
     if kind == "o":
         return ObjectCode.from_object(bytes(data))
     return bytes(data)  # PTX, LTO-IR, cubin and fatbin are told apart by their bytes
+
+
+def _callbacks(functions: Any) -> tuple:
+    """A code library's module callbacks, each once, in order, without numba-cuda's fp16 shim's
+    ``lto_warning_callback``: it only warns that nvJitLink is missing, and launchpad always links
+    with nvJitLink."""
+    seen: list = []
+    for f in functions:
+        if f not in seen and getattr(f, "__name__", "") != "lto_warning_callback":
+            seen.append(f)
+    return tuple(seen)
+
+
+#: Functions of Numba's runtime a kernel calls when it allocates (numba-cuda's dispatcher looks for
+#: these names in the PTX before it links its runtime in). Reference counting alone is left to
+#: the optimizer, which removes it for arrays passed in (their meminfo is NULL); where it stays,
+#: the link fails on an ``NRT_`` symbol and is refused the same way.
+_NRT_CALLS = re.compile(r"\bNRT_(?:Allocate\w*|MemInfo_(?:alloc\w*|new\w*|init)|Free|dealloc)\b")
+
+
+def _refuse_nrt(name: str, compiled: _Compiled) -> None:
+    """Refuse kernels that need Numba's runtime: its memory system is set up and its allocations
+    freed by numba-cuda's dispatcher, which launchpad does not run."""
+    if compiled.uses_nrt or any(getattr(item, "nrt", False) for item in compiled.linking_files):
+        raise LaunchpadError(
+            f"kernel {name!r} uses Numba's runtime (NRT: arrays allocated in the kernel, reference counting), "
+            "which numba-cuda's dispatcher initializes on the device; launchpad does not, so it cannot launch it. "
+            "Launch it with Numba's dispatcher, or allocate outside the kernel and pass the arrays in"
+        )
 
 
 def _linkable_kind(item: Any) -> str:

@@ -6,8 +6,13 @@ bytes; meminfo and parent are NULL outside Numba's runtime). A complex scalar is
 The converters here build those values from torch tensors, Numba device arrays or anything
 with ``__cuda_array_interface__``, and refuse what the compiled code cannot handle.
 
+A record (a numpy structured scalar) is passed as Numba's dispatcher passes it: by a pointer to
+a copy on the device. Arrays of records (numba-cuda's ``xoroshiro128p`` states) are arrays whose
+elements are opaque bytes of the record's size.
+
 This module must not import Numba: a saved Numba kernel (:func:`launchpad.load`) launches
-without it. It registers ``CONVERTERS["numba_array"]`` and ``CONVERTERS["numba_complex"]``.
+without it. It registers ``CONVERTERS["numba_array"]``, ``["numba_complex"]`` and
+``["numba_record"]``.
 
 For each array type (``ndim``, dtype, layout) one converter is made once; its torch path is
 straight-line: a class, dtype and device check, ``shape``/``stride()``, the layout promise checked
@@ -18,18 +23,20 @@ the errors.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
-from ._checks import CONVERTERS, Context, pointer_of
+from . import _driver
+from ._checks import CONVERTERS, Context, pointer_of, scratch
 from ._checks import describe as _describe
 from ._spec import Arg
 from .errors import ArgumentTypeError
 
-__all__ = ["array_converter", "convert_array", "convert_complex"]
+__all__ = ["array_converter", "convert_array", "convert_complex", "convert_record"]
 
 _LAYOUT_WORDS = {"C": "C-contiguous", "F": "Fortran-contiguous (column-major)", "A": "strided"}
 
@@ -110,10 +117,20 @@ def _convert_slow(
     is_tensor = isinstance(value, torch.Tensor)
     if is_tensor:
         address = pointer_of(ctx, arg, value, device, stream, None)  # the device checks every pointer gets
-        if getattr(torch, dtype, None) is not value.dtype:
-            raise _wrong_dtype(ctx, arg, value)
-        shape = tuple(value.shape)
-        strides = tuple(s * itemsize for s in value.stride())
+        if dtype.startswith("V"):  # records: a uint8 tensor whose last dimension holds each record's bytes
+            if (
+                value.dtype is not torch.uint8
+                or value.dim() == 0
+                or value.shape[-1] != itemsize
+                or value.stride(-1) != 1
+            ):
+                raise _wrong_dtype(ctx, arg, value)
+            shape, strides = tuple(value.shape[:-1]), tuple(value.stride()[:-1])
+        else:
+            if getattr(torch, dtype, None) is not value.dtype:
+                raise _wrong_dtype(ctx, arg, value)
+            shape = tuple(value.shape)
+            strides = tuple(s * itemsize for s in value.stride())
     else:
         cai = getattr(value, "__cuda_array_interface__", None)
         if not isinstance(cai, dict):
@@ -181,6 +198,14 @@ def _what(value: Any) -> str:
 
 def _wrong_dtype(ctx: Context, arg: Arg, value: Any) -> Exception:
     dtype = arg.options.get("dtype")
+    if dtype.startswith("V"):
+        what = _what(value) + (f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else "")
+        return ctx.error(
+            arg,
+            f"expected records of {arg.options['itemsize']} bytes ({_typename(arg)}): a Numba device array of the "
+            f"record dtype, or a torch.uint8 tensor whose last dimension is each record's bytes; got {what}",
+            ArgumentTypeError,
+        )
     return ctx.error(arg, f"expected {dtype} elements ({_typename(arg)}), got {_what(value)}", ArgumentTypeError)
 
 
@@ -201,5 +226,61 @@ def convert_complex(value: Any, device: int, stream: int, ctx: Context, arg: Arg
 
 
 convert_complex.specialize = lambda **options: convert_complex  # type: ignore[attr-defined]
+
+
+class DeviceCopy(int):
+    """A device address that owns the memory it points to: a record copied for one launch. The
+    executors hold converted values until the driver has the arguments, so the copy lives that
+    long; after that torch's allocator reuses it only in stream order, behind the kernel."""
+
+    owner: Any
+
+
+def device_copy(data: bytes, device: int, stream: int) -> DeviceCopy:
+    """Copy bytes to fresh device memory in stream order, before the launch that reads them."""
+    owner, address = scratch(len(data), 16, device, stream)
+    _driver.copy_to_device(address, data, stream)
+    copy = DeviceCopy(address)
+    copy.owner = owner
+    return copy
+
+
+def convert_record(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+    """``CONVERTERS["numba_record"]``: a record argument, by pointer as Numba passes it.
+
+    A numpy record (``np.void``/``np.record`` of the kernel's record dtype) is copied to the device
+    for the launch, as Numba's dispatcher does; unlike the dispatcher, what the kernel writes into
+    it is not copied back (pass a device record to keep writes). A device record (a Numba
+    ``DeviceRecord``, any ``__cuda_array_interface__`` object of one record, or a ``torch.uint8``
+    tensor of the record's bytes) is passed by its address.
+    """
+    itemsize = options["itemsize"]
+    if isinstance(value, np.void):
+        fields = [[n, value.dtype.fields[n][1]] for n in value.dtype.names or ()]
+        if value.dtype.itemsize != itemsize or fields != [f[:2] for f in options.get("fields", fields)]:
+            raise ctx.error(arg, f"expected a record of {options['type']}, got one of dtype {value.dtype}",
+                            ArgumentTypeError)  # fmt: skip
+        return (device_copy(value.tobytes(), device, stream),)
+    if isinstance(value, torch.Tensor):
+        if value.dtype is not torch.uint8 or value.numel() != itemsize or not value.is_contiguous():
+            raise ctx.error(arg, f"expected a record of {options['type']}; a tensor must be torch.uint8 holding "
+                            f"its {itemsize} bytes, got {_describe(value)}", ArgumentTypeError)  # fmt: skip
+        return (pointer_of(ctx, arg, value, device, stream, None),)
+    cai = getattr(value, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        typestr, count = cai.get("typestr"), int(np.prod(cai.get("shape") or ()))
+        got = _numpy_dtype(typestr)
+        if got is None or got.itemsize * count != itemsize or count != 1:
+            raise ctx.error(arg, f"expected one record of {itemsize} bytes ({options['type']}), got "
+                            f"{type(value).__name__} of {count} x {typestr}", ArgumentTypeError)  # fmt: skip
+        return (pointer_of(ctx, arg, value, device, stream, None),)
+    raise ctx.error(
+        arg, f"expected a record of {options['type']} (a numpy record, a Numba device record or a torch.uint8 "
+        f"tensor of its {itemsize} bytes), got {_describe(value)}", ArgumentTypeError,
+    )  # fmt: skip
+
+
+convert_record.specialize = lambda **options: functools.partial(convert_record, **options)  # type: ignore[attr-defined]
 CONVERTERS["numba_array"] = convert_array
 CONVERTERS["numba_complex"] = convert_complex
+CONVERTERS["numba_record"] = convert_record

@@ -19,10 +19,10 @@ import torch
 from . import _executor
 from ._binary import BinaryKernel, kernels_in_image, read_image
 from ._checks import Context
-from ._loader import Loader
+from ._loader import Loader, ModuleCallbacks
 from ._spec import KernelSpec
 from ._types import apply_signature, layout_from_signature, parse_signature
-from .errors import ArgumentError, BinaryError, NoDeviceError
+from .errors import ArgumentError, BinaryError, LaunchpadError, NoDeviceError
 
 __all__ = ["Kernel", "from_image", "load_cubin"]
 
@@ -46,6 +46,9 @@ class Kernel:
         Which executor launches it: the compiled one (True), the Python one (False), or the
         compiled one where it is built and not switched off by ``LAUNCHPAD_PYTHON_LAUNCH=1``
         (None, the default). Both give the same launches and errors.
+    callbacks : ModuleCallbacks, optional
+        Functions to run with each module loaded and before it is unloaded (what numba-cuda's
+        linked files ask for); a kernel with callbacks cannot be saved.
 
     Attributes
     ----------
@@ -57,11 +60,11 @@ class Kernel:
         how the arguments map onto it, what every launch fixes, the binary and front-end facts.
     """
 
-    def __init__(self, spec: KernelSpec, *, compiled: bool | None = None):
+    def __init__(self, spec: KernelSpec, *, compiled: bool | None = None, callbacks: ModuleCallbacks | None = None):
         if not isinstance(spec, KernelSpec):
             raise TypeError(f"Kernel(spec) takes a launchpad.KernelSpec, got {type(spec).__name__}")
         self.spec = spec
-        self._loader = Loader(spec)
+        self._loader = Loader(spec, callbacks)
         self._context = Context(spec.display_name, spec.params, spec.args)
         self._executor = _executor.build(spec, self._loader, compiled=compiled)
         # The instance attribute shadows the documented method below: one call, no extra frame.
@@ -259,6 +262,13 @@ class Kernel:
         """
         from . import _artifact
 
+        callbacks = self._loader.callbacks
+        if callbacks is not None and (callbacks.setup or callbacks.teardown):
+            names = ", ".join(getattr(f, "__qualname__", repr(f)) for f in (*callbacks.setup, *callbacks.teardown))
+            raise LaunchpadError(
+                f"kernel {self.display_name!r} cannot be saved: it runs module callbacks ({names}) of the files it "
+                "links when it loads, and an artifact holds no Python code"
+            )
         return _artifact.save(self.spec, path)
 
 

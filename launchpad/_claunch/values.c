@@ -329,8 +329,14 @@ static int run_expand(Launch *L, const Op *op, PyObject *value) {
         for (Py_ssize_t i = 0; i < op->nslots && status == LP_OK; i++)
             status = pack_slot(L, &op->slots[i], PyTuple_GET_ITEM(r, i), 0, 0, 0);
     }
+    /* The values may own what they point to (a record's device copy): like the Python executor's
+     * locals, they are held until the driver has the arguments. */
+    if (status == LP_OK && L->nkeep < (int)(sizeof L->keep / sizeof L->keep[0])) {
+        L->keep[L->nkeep++] = r;
+        return LP_OK;
+    }
     Py_DECREF(r);
-    return status;
+    return LP_FALLBACK;
 }
 
 int lp_run_op(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs) {
