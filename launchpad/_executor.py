@@ -108,7 +108,8 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
         position, sub = (arg.path[0], tuple(arg.path[1:])) if arg.path else (0, ())
         base = dict(dtype=0, align=0, multiple_of=0, size=0, ndim=0, layout="A", flags=0, obj=None, arg=None)
         if arg.kind == "const":
-            op = dict(base, kind=OP_CONST, slots=(), obj=arg.value, flags=1 if arg.options.get("unknown") else 0)
+            flags = (1 if arg.options.get("unknown") else 0) | (2 if arg.options.get("one_or_none") else 0)
+            op = dict(base, kind=OP_CONST, slots=(), obj=arg.value, flags=flags)
         elif arg.kind == "scratch":
             op = dict(base, kind=OP_SCRATCH, slots=(_slot(spec.params[arg.param]),), align=arg.options.get("align", 1),
                       size=arg.options["size"], flags=1 if arg.options.get("zero") else 0)  # fmt: skip

@@ -330,7 +330,9 @@ def _emit_arg(
     if arg.kind == "const":
         c = w.bind(f"_K{k}", arg.value)
         check = f"_fail.unknown(_ctx, {a}, {top})" if arg.options.get("unknown") else (f"_fail.const(_ctx, {a}, {src})")
-        if arg.options.get("unknown"):
+        if arg.options.get("one_or_none"):
+            w.emit(f"if {top} is not _M and {top} is not None and not _C.same_value({top}, 1): {check}")
+        elif arg.options.get("unknown"):
             w.emit(f"if {top} is not _M: {check}")
         else:
             w.emit(f"if {top} is not _M and {src} is not {c} and not _C.same_value({src}, {c}): {check}")
@@ -412,6 +414,9 @@ class Fail:
 
     @staticmethod
     def unknown(ctx: Context, arg: Arg, value: Any) -> None:
+        if arg.options.get("one_or_none"):
+            raise ctx.error(arg, f"the kernel was specialized for 1 or None (Triton compiles either into the kernel), "
+                            f"got {_checks.describe(value)}")  # fmt: skip
         raise ctx.error(
             arg, f"got {_checks.describe(value)}, but the value this kernel was compiled for is not recorded "
             "(a Triton cache folder keeps no constexpr values), so it cannot be checked; leave the argument out, "

@@ -27,7 +27,8 @@ class Arg:
         ``const``: a value the kernel was specialized on (a Triton constexpr, an int equal to 1,
         a None); the argument may be left out, and when given must equal ``value``; it fills
         nothing. ``options={"unknown": True}``: the value was not recorded (a Triton cache
-        folder), so the argument must be left out.
+        folder), so the argument must be left out; with ``"one_or_none": True`` as well, it
+        was an argument Triton specialized (an int equal to 1, or None), and may be either.
         ``expand``: ``CONVERTERS[converter]`` turns the value into the values of the consecutive
         parameters ``params`` (a Numba array, a tensor descriptor, a complex number).
         ``scratch``: a hidden parameter, a per-launch allocation of ``options["size"]`` bytes

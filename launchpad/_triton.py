@@ -56,6 +56,7 @@ class _Leaf:
     type: str  # Triton type word: "*fp32", "i32", "tensordesc<fp16[64, 64]>" or "constexpr"
     value: Any = None  # the constant, for "constexpr"
     divisible: bool = False  # specialized divisible by 16 (pointer alignment / int multiple)
+    options: tuple[tuple[str, Any], ...] = ()  # a constant's Arg options ("unknown", "one_or_none")
 
     @property
     def label(self) -> str:
@@ -150,7 +151,7 @@ def _build(image: bytes, md: dict, leaves: list[_Leaf] | None, display_name: str
     n_desc = 0
     for leaf in leaves:
         if leaf.type == "constexpr":
-            args.append(Arg(leaf.name, "const", leaf.path, value=_jsonable(leaf.value)))
+            args.append(Arg(leaf.name, "const", leaf.path, value=_jsonable(leaf.value), options=dict(leaf.options)))
             continue
         m = _TENSORDESC.match(leaf.type)
         if m:
@@ -687,23 +688,53 @@ def _source_parameter_names(ttir: str, values: list[tuple[int, Any]], count: int
     as many runtime parameters (not annotated ``tl.constexpr``) as there are values, each value's
     parts take its parameter's name. Otherwise every name is ``""`` (unnamed).
     """
-    import ast
-
     names = [""] * count
-    m = re.search(r'^#loc\s*=\s*loc\("([^"]+)":(\d+):\d+\)', ttir, re.M)
-    try:
-        tree = ast.parse(Path(m.group(1)).read_text()) if m else None
-    except (OSError, SyntaxError, ValueError):
+    parameters = _source_parameters(ttir)
+    if parameters is None:
         return names
-    node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == int(m.group(2))), None)
-    if node is None:
-        return names
-    runtime = [a.arg for a in node.args.args if "constexpr" not in ast.unparse(a.annotation or ast.Constant(""))]
+    runtime = [name for name, constexpr in parameters if not constexpr]
     if len(runtime) == len(values):
         starts = [i for i, _ in values] + [count]
         for k, param in enumerate(runtime):
             names[starts[k] : starts[k + 1]] = [param] * (starts[k + 1] - starts[k])
     return names
+
+
+def _source_parameters(ttir: str) -> list[tuple[str, bool]] | None:
+    """The kernel's ``def`` parameters, ``(name, annotated tl.constexpr)``, found through the TTIR's
+    own location (``#loc = loc("file.py":16:0)``); None where that source cannot be read."""
+    import ast
+
+    m = re.search(r'^#loc\s*=\s*loc\("([^"]+)":(\d+):\d+\)', ttir, re.M)
+    try:
+        tree = ast.parse(Path(m.group(1)).read_text()) if m else None
+    except (OSError, SyntaxError, ValueError):
+        return None
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == int(m.group(2))), None)
+    if node is None:
+        return None
+    return [(a.arg, "constexpr" in ast.unparse(a.annotation or ast.Constant(""))) for a in node.args.args]
+
+
+def _full_call(leaves: list[_Leaf], parameters: list[tuple[str, bool]], constexprs: dict) -> list[_Leaf]:
+    """The runtime leaves placed at their ``def`` positions, with a constant leaf for every
+    parameter the TTIR lacks: a constexpr (its value from ``constexprs``, or unknown) or an
+    argument Triton specialized away (an int equal to 1, or None). Unchanged where the TTIR's
+    names are not the ``def``'s (an unnamed Triton 3.4 TTIR whose source did not fit)."""
+    names = [name for name, _ in parameters]
+    if not {leaf.name for leaf in leaves} <= set(names):
+        return leaves
+    out: list[_Leaf] = []
+    for i, (name, constexpr) in enumerate(parameters):
+        mine = [leaf for leaf in leaves if leaf.name == name]
+        if mine:
+            out += [replace(leaf, path=(i, *leaf.path[1:])) for leaf in mine]
+        elif name in constexprs:
+            out.append(_Leaf(name, (i,), "constexpr", constexprs[name]))
+        else:
+            options = (("unknown", True),) if constexpr else (("unknown", True), ("one_or_none", True))
+            out.append(_Leaf(name, (i,), "constexpr", options=options))
+    return out
 
 
 def _cache_files(path: Path) -> tuple[Path, dict]:
@@ -727,7 +758,7 @@ def _cache_files(path: Path) -> tuple[Path, dict]:
         raise LaunchpadError(f"cannot read Triton metadata {str(path)!r}: {exc}") from None
 
 
-def load_triton(path: str | Path) -> Kernel:
+def load_triton(path: str | Path, *, constexprs: dict[str, Any] | None = None) -> Kernel:
     """A :class:`~launchpad.Kernel` from a Triton cache entry, without importing Triton.
 
     Parameters
@@ -735,17 +766,21 @@ def load_triton(path: str | Path) -> Kernel:
     path
         A kernel's folder in Triton's cache (``~/.triton/cache/<hash>``), or its ``NAME.json``,
         ``__grp__NAME.json`` or ``NAME.cubin``.
+    constexprs : dict, optional
+        The constexpr values the kernel was compiled with (``{"BLOCK_SIZE": 1024}``), which the
+        cache does not record: given ones are then checked against them at each launch.
 
     Returns
     -------
     Kernel
-        The cache records neither the constexpr values nor the arguments that specialization
-        removed (an int equal to 1, None), so this kernel takes only its runtime arguments, in
-        order: those named in the TTIR (``NAME.source`` or ``NAME.ttir``), whose
-        ``tt.divisibility = 16`` hints become alignment and multiple-of-16 checks. Items of a
-        tuple argument are passed as one tuple. Without a TTIR the kernel takes one raw value
-        per cubin parameter. To keep the full Python signature, save a :func:`from_triton`
-        kernel with :meth:`Kernel.save` instead.
+        It takes the JIT function's own call (see "Calling a Triton kernel" in the README) where
+        the kernel's source file is readable (the TTIR records where its ``def`` is): arguments
+        by position or by the ``def``'s names, constexprs optional. A constexpr whose value was
+        not given in ``constexprs`` must be left out (it cannot be checked); an argument Triton
+        specialized away may be 1 or None. The TTIR's ``tt.divisibility = 16`` hints become
+        alignment and multiple-of-16 checks. Without the source the kernel takes its runtime
+        arguments only, in order; without a TTIR, one raw value per cubin parameter. A
+        :func:`from_triton` kernel saved with :meth:`Kernel.save` keeps every constexpr value.
     """
     md_path, md = _cache_files(Path(path))
     stem = md_path.stem
@@ -754,6 +789,19 @@ def load_triton(path: str | Path) -> Kernel:
     if not cubin.exists():
         raise LaunchpadError(f"no {cubin.name} next to {str(md_path)!r}")
     image = cubin.read_bytes()
-    ttir = next((p for p in (folder / f"{stem}.source", folder / f"{stem}.ttir") if p.exists()), None)
-    leaves = _ttir_leaves(ttir.read_text(), md["name"], convention(md)) if ttir is not None else None
+    ttir_file = next((p for p in (folder / f"{stem}.source", folder / f"{stem}.ttir") if p.exists()), None)
+    ttir = ttir_file.read_text() if ttir_file is not None else None
+    leaves = _ttir_leaves(ttir, md["name"], convention(md)) if ttir is not None else None
+    parameters = _source_parameters(ttir) if ttir is not None else None
+    constexprs = dict(constexprs or {})
+    if leaves is not None and parameters is not None:
+        runtime = {leaf.name for leaf in leaves}
+        wrong = [n for n in constexprs if n in runtime or n not in {p for p, _ in parameters}]
+        if wrong:
+            raise ArgumentError(f"kernel {md['name']!r}: constexprs names {wrong}, which are not its constexpr "
+                                f"parameters ({[p for p, c in parameters if c]})")  # fmt: skip
+        leaves = _full_call(leaves, parameters, constexprs)
+    elif constexprs:
+        raise ArgumentError(f"kernel {md['name']!r}: constexprs= needs the kernel's source, which its TTIR does not "
+                            "lead to (the file moved, or no TTIR is cached)")  # fmt: skip
     return Kernel(_build(image, md, leaves, md["name"]))

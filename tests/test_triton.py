@@ -333,6 +333,27 @@ def test_add_rejects_what_the_specialization_excludes(compiled, fake_gpu):
     assert len(fake_gpu.launches) == 1
 
 
+def test_every_entry_point_takes_the_jit_call(compiled, fake_gpu, tmp_path):
+    """from_triton, a saved artifact and a cache folder: positional or keyword arguments by the
+    def's names, constexprs optional and checked where their values are known."""
+    x, y, out = aligned(4096), aligned(4096), aligned(4096)
+    expected = [q(x.data_ptr()), q(y.data_ptr()), q(out.data_ptr()), i32(4096), *NULL_SCRATCH]
+    direct = launchpad.from_triton(compiled["add"])
+    saved = launchpad.load(direct.save(tmp_path / "add.json"))
+    cached = launchpad.load_triton(cache_folder(compiled["add"]), constexprs={"BLOCK": 1024})
+    for k in (direct, saved, cached):
+        fake_gpu.install(k)
+        for call in (lambda: k[(4,)](x, y, out, 4096, 1024), lambda: k[(4,)](x, y, out, 4096),
+                     lambda: k[(4,)](x_ptr=x, y_ptr=y, out_ptr=out, n=4096, BLOCK=1024),
+                     lambda: k[(4,)](x, y, n=4096, out_ptr=out), lambda: k.launch((4,), None, x, y, out, n=4096)):  # fmt: skip
+            call()
+            assert fake_gpu.last.params == expected and fake_gpu.last.grid == (4, 1, 1)
+        with pytest.raises(launchpad.ArgumentError, match=r"argument 4 \('BLOCK'\): the kernel was specialized for 1024"):
+            k[(4,)](x, y, out, 4096, BLOCK=512)
+        with pytest.raises(launchpad.ArgumentTypeError, match=r"got an unexpected keyword argument 'N' \(arguments: x_ptr"):
+            k[(4,)](x, y, out, N=4096)
+
+
 def test_matmul_large_shared_memory_and_int_one_constants(compiled, fake_gpu):
     k = fake_gpu.install(launchpad.from_triton(compiled["matmul"]))
     a, b, c = aligned(256 * 256, torch.float16), aligned(256 * 256, torch.float16), aligned(256 * 256, torch.float16)
@@ -627,24 +648,49 @@ def test_load_triton_from_the_cache_folder(name, compiled):
         assert launchpad.load_triton(alias).to_json() == k.to_json()
 
 
-def test_load_triton_runs_with_runtime_arguments_only(compiled, fake_gpu):
+def test_load_triton_takes_the_jit_functions_own_call(compiled, fake_gpu):
     k = fake_gpu.install(launchpad.load_triton(cache_folder(compiled["matmul"])))
-    # 3.4's TTIR names no argument, and sak/sbn/scn specialized away leave the source's 12 for 9 values
-    names = (
-        ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "sam", "sbk", "scm"]
-        if VERSION >= (3, 5)
-        else [f"arg{i}" for i in range(9)]
-    )
-    assert [a.name for a in k.args if a.path] == names
     a, b, c = aligned(4096, torch.float16), aligned(4096, torch.float16), aligned(4096, torch.float16)
-    k[(1, 1)](a, b, c, 64, 64, 64, 64, 64, 64)
-    assert fake_gpu.last.params == [q(a.data_ptr()), q(b.data_ptr()), q(c.data_ptr())] + [i32(64)] * 6 + [*NULL_SCRATCH]
-    with pytest.raises(launchpad.ArgumentError, match=rf"argument 3 \('{names[3]}'\).*65 is not a multiple of 16"):
-        k[(1, 1)](a, b, c, 65, 64, 64, 64, 64, 64)
+    expected = [q(a.data_ptr()), q(b.data_ptr()), q(c.data_ptr())] + [i32(64)] * 6 + [*NULL_SCRATCH]
+    if VERSION < (3, 5):  # an unnamed TTIR whose 9 values do not fit the def's 12: runtime arguments only
+        assert [a.name for a in k.args if a.path] == [f"arg{i}" for i in range(9)]
+        k[(1, 1)](a, b, c, 64, 64, 64, 64, 64, 64)
+        assert fake_gpu.last.params == expected
+        return
+    # the cache keeps no constexpr values: the def (found through the TTIR's location) names every
+    # parameter; the ones the TTIR lacks are constexprs (unknown) or were specialized to 1 or None
+    assert [a.name for a in k.args if a.path] == ["a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "sam", "sak", "sbk",
+                                                  "sbn", "scm", "scn", "BM", "BN", "BK"]  # fmt: skip
+    assert [a.path[0] for a in k.args if a.path] == list(range(15))
+    k[(1, 1)](a, b, c, 64, 64, 64, 64, 1, 64, 1, 64, 1)  # positional, as matmul_kernel[grid](...) takes them
+    assert fake_gpu.last.params == expected
+    k[(1, 1)](a, b, c, M=64, N=64, K=64, sam=64, sbk=64, scm=64)  # keywords; specialized ones left out
+    assert fake_gpu.last.params == expected
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 3 \('M'\).*65 is not a multiple of 16"):
+        k[(1, 1)](a, b, c, 65, 64, 64, 64, 1, 64, 1, 64, 1)
+    with pytest.raises(launchpad.ArgumentError) as err:
+        k[(1, 1)](a, b, c, 64, 64, 64, 64, 2, 64, 1, 64, 1)
+    assert str(err.value) == ("kernel 'matmul_kernel', argument 7 ('sak'): the kernel was specialized for 1 or None "
+                              "(Triton compiles either into the kernel), got int 2")  # fmt: skip
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 12 \('BM'\): got int 128, but the value this kernel"):
+        k[(1, 1)](a, b, c, 64, 64, 64, 64, 1, 64, 1, 64, 1, BM=128)
+    known = fake_gpu.install(launchpad.load_triton(cache_folder(compiled["matmul"]), constexprs={"BM": 128, "BN": 256}))
+    known[(1, 1)](a, b, c, 64, 64, 64, 64, 1, 64, 1, 64, 1, 128, 256)
+    assert fake_gpu.last.params == expected
+    with pytest.raises(launchpad.ArgumentError, match=r"argument 13 \('BN'\): the kernel was specialized for 256"):
+        known[(1, 1)](a, b, c, 64, 64, 64, 64, 1, 64, 1, 64, 1, BN=128)
+    with pytest.raises(launchpad.ArgumentError, match=r"constexprs names \['M', 'BX'\], which are not its constexpr"):
+        launchpad.load_triton(cache_folder(compiled["matmul"]), constexprs={"M": 1, "BX": 2})
+
+
+def test_load_triton_tuple_arguments(compiled, fake_gpu):
     k = fake_gpu.install(launchpad.load_triton(cache_folder(compiled["tuple"])))
     x, out = aligned(128), aligned(128)
     k[1](out, (x, 2.5, -7), 128) if VERSION >= (3, 5) else k[1](out, x, 2.5, -7, 128)
     assert fake_gpu.last.params == [q(out.data_ptr()), q(x.data_ptr()), f32(2.5), i32(-7), i32(128), *NULL_SCRATCH]
+    if VERSION >= (3, 5):
+        k[1](out, t=(x, 2.5, -7), n=128)  # by the def's names, BLOCK left out
+        assert fake_gpu.last.params[:5] == [q(out.data_ptr()), q(x.data_ptr()), f32(2.5), i32(-7), i32(128)]
 
 
 def test_load_triton_without_ttir_takes_raw_values(compiled, tmp_path, fake_gpu):

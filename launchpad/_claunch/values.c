@@ -235,6 +235,15 @@ static PyObject *value_at(const Op *op, PyObject *const *args, Py_ssize_t nargs,
 
 static int run_const(Launch *L, const Op *op, PyObject *value) {
     if (value == NULL) return LP_OK;  /* left out: the kernel has the value built in */
+    if (op->flags & 2) {  /* an argument Triton specialized, to 1 or to None: either is right */
+        if (value == Py_None) return LP_OK;
+        if (PyLong_CheckExact(value)) {
+            int overflow;
+            long v = PyLong_AsLongAndOverflow(value, &overflow);
+            if (v == 1 && !overflow) return LP_OK;
+        }
+        return LP_FALLBACK;
+    }
     if (op->flags & 1) return LP_FALLBACK;  /* given, but the compiled value is not recorded */
     if (value == op->obj) return LP_OK;
     if (PyLong_CheckExact(value) && PyLong_CheckExact(op->obj)) {
