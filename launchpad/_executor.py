@@ -228,7 +228,7 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
     python = _pylaunch.build(spec, loader, devices)
     hooks = _hooks.for_spec(spec, loader)
     if hooks is not None:
-        python.launch = hooks.wrap(python.launch)
+        python.launch = hooks.wrap(python.launch, devices)
     path, why = launch_path()
     use = path == "compiled" if compiled is None else compiled
     if use and _claunch is None:

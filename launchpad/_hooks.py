@@ -10,8 +10,9 @@ an object with:
     chain: its ``calls`` list not empty), or else when the class's hook chain (its ``calls`` list
     given in ``calls``, None if the class holds none) has calls. Unset, the launch takes the fast
     path with nothing more done; set, it goes to the Python executor.
-``wrap(launch)``
-    The Python executor's launch with the hooks called around it when they are set.
+``wrap(launch, devices)``
+    The Python executor's launch with the hooks called around it when they are set (``devices``:
+    where the executor's launches go, :class:`launchpad._executor.Devices`).
 
 So an unset hook costs the compiled executor two dict lookups, and a set one works in both.
 """

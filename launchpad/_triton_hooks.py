@@ -46,12 +46,12 @@ class TritonHooks:
         set_ = [h is not None and (not isinstance(getattr(h, "calls", None), list) or h.calls) for h in found]
         return (found[0], found[1]) if any(set_) else None
 
-    def metadata(self, grid: Any, args: tuple, stream: Any) -> Any:
+    def metadata(self, grid: Any, args: tuple, stream: Any, devices: Any) -> Any:
         from triton.compiler.compiler import LazyDict
 
-        device = _checks.current_device()
+        device = devices.current_device()
         if stream is None:
-            stream = _checks.current_raw_stream(device)
+            stream = (devices.current_stream or _checks.current_raw_stream)(device)
         elif not isinstance(stream, int):
             stream = _checks.stream_of(stream)[0]
         function = self.loader.entry(device)[3]
@@ -63,7 +63,7 @@ class TritonHooks:
             data.add(self.launch_metadata, (grid, types.SimpleNamespace(**self.spec.metadata), named))
         return data
 
-    def wrap(self, launch: Any) -> Any:
+    def wrap(self, launch: Any, devices: Any) -> Any:
         """``launch`` with the hooks called around it whenever they are set."""
 
         def hooked(grid: Any, block: Any, *args: Any, **kw: Any) -> None:
@@ -71,7 +71,7 @@ class TritonHooks:
             if found is None:
                 return launch(grid, block, *args, **kw)
             enter, exit_ = found
-            metadata = self.metadata(grid, args, kw.get("stream"))
+            metadata = self.metadata(grid, args, kw.get("stream"), devices)
             if enter is not None:
                 enter(metadata)
             launch(grid, block, *args, **kw)

@@ -343,14 +343,21 @@ def test_every_entry_point_takes_the_jit_call(compiled, fake_gpu, tmp_path):
     cached = launchpad.load_triton(cache_folder(compiled["add"]), constexprs={"BLOCK": 1024})
     for k in (direct, saved, cached):
         fake_gpu.install(k)
-        for call in (lambda: k[(4,)](x, y, out, 4096, 1024), lambda: k[(4,)](x, y, out, 4096),
-                     lambda: k[(4,)](x_ptr=x, y_ptr=y, out_ptr=out, n=4096, BLOCK=1024),
-                     lambda: k[(4,)](x, y, n=4096, out_ptr=out), lambda: k.launch((4,), None, x, y, out, n=4096)):  # fmt: skip
-            call()
+        calls = [
+            lambda k: k[(4,)](x, y, out, 4096, 1024), lambda k: k[(4,)](x, y, out, 4096),
+            lambda k: k[(4,)](x_ptr=x, y_ptr=y, out_ptr=out, n=4096, BLOCK=1024),
+            lambda k: k[(4,)](x, y, n=4096, out_ptr=out), lambda k: k.launch((4,), None, x, y, out, n=4096),
+        ]  # fmt: skip
+        for call in calls:
+            call(k)
             assert fake_gpu.last.params == expected and fake_gpu.last.grid == (4, 1, 1)
-        with pytest.raises(launchpad.ArgumentError, match=r"argument 4 \('BLOCK'\): the kernel was specialized for 1024"):
+        with pytest.raises(
+            launchpad.ArgumentError, match=r"argument 4 \('BLOCK'\): the kernel was specialized for 1024"
+        ):
             k[(4,)](x, y, out, 4096, BLOCK=512)
-        with pytest.raises(launchpad.ArgumentTypeError, match=r"got an unexpected keyword argument 'N' \(arguments: x_ptr"):
+        with pytest.raises(
+            launchpad.ArgumentTypeError, match=r"got an unexpected keyword argument 'N' \(arguments: x_ptr"
+        ):
             k[(4,)](x, y, out, N=4096)
 
 
