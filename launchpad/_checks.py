@@ -145,7 +145,7 @@ def wait_for_producer(ctx: Context, arg: Arg, cai: dict, stream: int) -> None:
         return
     if isinstance(producer, bool) or not isinstance(producer, int) or producer == 0:
         raise ctx.error(arg, f"__cuda_array_interface__ stream must be None or a nonzero int, got {producer!r}")
-    if producer != stream:
+    if producer != stream and not (producer == 1 and stream == 0):  # 0 and 1 both name the legacy default stream
         _driver.stream_wait(stream, producer)
 
 
