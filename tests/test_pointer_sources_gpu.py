@@ -69,11 +69,14 @@ def test_launch_waits_for_the_producer_stream():
     k = lp.compile_cuda(SOURCE, "copy")
     n = 4096
     producer = cuda.stream()
+    consumer = torch.cuda.Stream()  # torch's streams do not synchronize with others by themselves
     for value in (3.5, -1.25):
         a = cuda.device_array(n, dtype="float32", stream=producer)
         assert a.__cuda_array_interface__["stream"] == int(producer)
-        slow_fill[n // 256, 256, producer](a, value)
         out = torch.full((n,), float("nan"), device="cuda")
-        k.launch(n // 256, 256, a, out, n)  # torch's current stream, not the producer's
+        torch.cuda.synchronize()
+        slow_fill[n // 256, 256, producer](a, value)
+        with torch.cuda.stream(consumer):
+            k.launch(n // 256, 256, a, out, n)  # on the consumer stream, ordered after the fill by an event
         torch.cuda.synchronize()
         assert torch.all(out == value), out[:4]
