@@ -1,9 +1,5 @@
-"""launchpad's benchmarks: launch overhead against peers, argument-count sweep, compile times.
+"""launchpad's recorded benchmark results (``results/``).
 
-Run them with ``python -m launchpad bench`` from the repository root (``--quick`` for a run
-under a minute, ``--help`` for the options). Results go to ``benchmarks/results/``.
+The benchmarks themselves ship with the package, in :mod:`launchpad.bench`: run them with
+``python -m launchpad bench`` (from a checkout, results are written to ``benchmarks/results``).
 """
-
-#: Marks this package as launchpad's benchmarks (``launchpad bench`` checks it, since other
-#: distributions may install a top-level package named ``benchmarks``).
-LAUNCHPAD_BENCHMARKS = True

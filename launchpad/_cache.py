@@ -37,6 +37,7 @@ import threading
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 from .errors import CacheWarning
 
@@ -72,7 +73,8 @@ def cache_key(*parts: object) -> str:
 def _stacklevel() -> int:
     """The ``stacklevel`` that points a warning at the first caller outside launchpad."""
     package = os.path.dirname(os.path.abspath(__file__))
-    frame, level = sys._getframe(2), 2
+    frame: Any = sys._getframe(2)
+    level = 2
     while frame is not None and frame.f_code.co_filename.startswith(package):
         frame, level = frame.f_back, level + 1
     return level

@@ -119,11 +119,11 @@ def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, stream: int, dty
         else:
             raise ctx.error(arg, f"expected a tensor or device pointer, got {describe(value)}", ArgumentTypeError)
         if address:
-            owner = _driver.pointer_device(address)
-            if owner is None:
+            memory = _driver.pointer_device(address)
+            if memory is None:
                 raise ctx.error(arg, f"address {address:#x} of a {type(value).__name__} is not device memory")
-            if owner != device:
-                raise ctx.error(arg, f"memory is on cuda:{owner} but the launch is on cuda:{device}")
+            if memory != device:
+                raise ctx.error(arg, f"memory is on cuda:{memory} but the launch is on cuda:{device}")
     if not 0 <= address < 1 << 64:
         raise ctx.error(arg, f"address {address} is not a 64-bit pointer")
     if arg.align and address % arg.align:
@@ -253,6 +253,7 @@ def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
     than truncated or read as digits.
     """
     try:
+        t: tuple[int, ...]
         if hasattr(value, "__index__") or isinstance(value, (bool, np.bool_)):
             t = (index(value), 1, 1)
         elif isinstance(value, (str, bytes)):
@@ -261,7 +262,7 @@ def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
             items = tuple(value)
             if not 1 <= len(items) <= 3:
                 raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
-            t = tuple(index(v) for v in items) + (1, 1)
+            t = (*(index(v) for v in items), 1, 1)
     except TypeError:
         raise ArgumentTypeError(
             f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {describe(value)}"

@@ -282,7 +282,7 @@ def compile_cuda_object(
     fields: dict[str, Any] = {"relocatable_device_code": True}
     if output == "ltoir":
         fields["link_time_optimization"] = True
-    code, _ = _compile(source, [], output, arch, std, defines, include_dirs, options, **fields)
+    code, _ = _compile(source, [], output, arch, std, defines, [str(d) for d in include_dirs], options, **fields)
     return ObjectCode.from_ltoir(code) if output == "ltoir" else ObjectCode.from_ptx(code)
 
 

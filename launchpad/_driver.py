@@ -280,6 +280,8 @@ def oversized_shared_limit(device: int) -> int:
 
 def set_oversized_shared(function: Any) -> bool:
     """Put a function in the oversized shared-memory mode (Triton 3.8+); False if the driver refuses."""
+    if _OVERSIZED_MODE is None or _SHARED_MODE_ATTR is None:
+        return False
     return _cu.cuFuncSetAttribute(function, _SHARED_MODE_ATTR, int(_OVERSIZED_MODE))[0] == SUCCESS
 
 
@@ -290,7 +292,7 @@ def allow_non_portable_cluster(function: Any) -> None:
 
 def param_info(function: Any) -> list[tuple[int, int]]:
     """``(offset, size)`` of each parameter as the loaded function reports it."""
-    out = []
+    out: list[tuple[int, int]] = []
     while True:
         result = _cu.cuFuncGetParamInfo(function, len(out))
         if result[0] != SUCCESS:
@@ -379,6 +381,9 @@ def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:
     raise CudaError(int(err), *error_text(err), launch.__name__)
 
 
+#: The launch attributes of each combination, built once. Threads may race to build one: each
+#: list is complete before the one dict store that publishes it, and never changed after, so a
+#: reader sees a whole list (the GIL makes the store atomic) and two builders only waste a build.
 _config_attrs: dict[tuple, list] = {}
 
 

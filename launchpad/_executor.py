@@ -33,6 +33,7 @@ OP_VALUE, OP_CONST, OP_SCRATCH, OP_NUMBA_ARRAY, OP_EXPAND = range(5)
 _NEVER = 0xFFFFFFFF  # a dtype word no tensor has: the compiled executor always defers the check
 _FLOAT_KINDS = {"fp16": SK_F16, "bf16": SK_BF16, "fp32": SK_F32, "fp64": SK_F64}
 
+_claunch: Any
 try:
     from . import _claunch
 except ImportError as exc:  # not built: no C compiler at install time, or a source tree without it
@@ -93,9 +94,9 @@ def _slot(param: Param) -> tuple[int, int, int]:
     elif kind == "bool":
         sk = SK_BOOL
     elif kind == "float":
-        sk = _FLOAT_KINDS[param.type]
+        sk = _FLOAT_KINDS[str(param.type)]
     else:
-        sk = SK_UINT if param.type.startswith("u") else SK_INT
+        sk = SK_UINT if str(param.type).startswith("u") else SK_INT
     return (param.offset, param.size, sk)
 
 
@@ -194,8 +195,8 @@ class Executor:
         else:
             bound = _python_bound(self.spec, entry, g, b, shared_mem, stream, packed, relaunch)
         try:
-            bound.kernel = kernel  # type: ignore[union-attr]
-            bound._keep = keep  # type: ignore[union-attr]
+            bound.kernel = kernel  # type: ignore[attr-defined]
+            bound._keep = keep  # type: ignore[attr-defined]
         except AttributeError:  # the compiled Bound holds what it launches itself
             pass
         return bound

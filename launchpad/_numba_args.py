@@ -197,7 +197,7 @@ def _what(value: Any) -> str:
 
 
 def _wrong_dtype(ctx: Context, arg: Arg, value: Any) -> Exception:
-    dtype = arg.options.get("dtype")
+    dtype = str(arg.options.get("dtype"))
     if dtype.startswith("V"):
         what = _what(value) + (f" of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else "")
         return ctx.error(
@@ -256,7 +256,8 @@ def convert_record(value: Any, device: int, stream: int, ctx: Context, arg: Arg,
     """
     itemsize = options["itemsize"]
     if isinstance(value, np.void):
-        fields = [[n, value.dtype.fields[n][1]] for n in value.dtype.names or ()]
+        layout: Any = value.dtype.fields or {}
+        fields = [[n, layout[n][1]] for n in value.dtype.names or ()]
         if value.dtype.itemsize != itemsize or fields != [f[:2] for f in options.get("fields", fields)]:
             raise ctx.error(arg, f"expected a record of {options['type']}, got one of dtype {value.dtype}",
                             ArgumentTypeError)  # fmt: skip

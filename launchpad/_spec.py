@@ -55,7 +55,7 @@ class Arg:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind, "path": list(self.path)}
         for f in fields(self)[3:]:
             v = getattr(self, f.name)
-            default = f.default_factory() if callable(f.default_factory) else f.default  # type: ignore[misc]
+            default = f.default_factory() if callable(f.default_factory) else f.default
             if v != default and v != ():
                 out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
@@ -125,7 +125,8 @@ class LaunchPlan:
         d.pop("non_portable_cluster", None)
         if multiplier != 1:
             d["grid_in_clusters"] = True
-        return cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()})
+        fields_: dict[str, Any] = {k: (tuple(v) if isinstance(v, list) else v) for k, v in d.items()}
+        return cls(**fields_)
 
 
 @dataclass(frozen=True)

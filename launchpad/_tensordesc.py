@@ -153,7 +153,9 @@ def converter(
 
     def check_block(ctx: Context, arg: Arg, block_shape: Any) -> None:
         if _ints(ctx, arg, block_shape, "block_shape", rank) != block_t:
-            raise ctx.error(arg, f"the kernel was compiled for block shape {list(block_t)}, got {list(block_shape)}")
+            raise ctx.error(
+                arg, f"the kernel was compiled for block shape {list(block_t or ())}, got {list(block_shape)}"
+            )
 
     if meta is None:
 

@@ -107,11 +107,12 @@ def _plan(md: dict, conv: Convention | None = None) -> LaunchPlan:
     conv = conv or convention(md)
     warp_size = (md.get("target") or {}).get("warp_size") or md.get("warp_size") or 32
     num_ctas = md.get("num_ctas", 1) or 1
-    cluster = None
+    cluster: tuple[int, int, int] | None = None
     if num_ctas != 1:
         dims = md.get("cluster_dims")
         if dims:  # Triton 3.4/3.5: grid and cluster come from cluster_dims
-            cluster = tuple(int(d) for d in dims)
+            x, y, z = (int(d) for d in dims)
+            cluster = (x, y, z)
             if cluster[1:] != (1, 1):
                 raise LaunchpadError(f"cluster_dims {cluster} (a cluster along y or z) is not supported")
         else:
@@ -226,7 +227,9 @@ def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, disp
     if n < 0:
         raise LaunchpadError(f"kernel {md['name']!r}: the cubin has fewer parameters than Triton's hidden ones")
     descriptors = [m for m in md.get("tensordesc_meta") or [] if m]
-    params, args, i, n_desc = [], [], 0, 0
+    params: list[Param] = []
+    args: list[Arg] = []
+    i = n_desc = 0
     typed = lambda p, w, label: replace(apply_signature([p], [w], display_name)[0], name=label)
     while i < n:
         p = cubin[i]
@@ -313,6 +316,7 @@ def _from_compiled(compiled: Any) -> KernelSpec:
     md = _metadata_of(compiled)
     image = compiled.asm["cubin"]
     src = getattr(compiled, "src", None)
+    leaves: list[_Leaf] | None
     if src is not None and hasattr(src, "fn") and hasattr(src.fn, "arg_names"):
         leaves = _source_leaves(src)
         display = src.fn.__name__
@@ -588,7 +592,7 @@ def _ttir_arguments(ttir: str, name: str) -> list[tuple[str, str, bool]]:
         ty, tail = rest[:cut], rest[cut:]
         # a named argument is loc("x_ptr"(#loc)); Triton 3.4 gives only the file position, loc("f.py":16:0)
         lm = re.search(r'loc\("([^"]*)"\(', tail) or re.search(r"loc\((#loc\d*)\)", tail)
-        loc = lm.group(1) if lm else ""
+        loc = str(lm.group(1)) if lm else ""
         loc = aliases.get(loc, loc) if loc.startswith("#") else loc
         dm = re.search(r"tt\.divisibility\s*=\s*(\d+)", tail)
         out.append((loc, _ttir_type(ty, f"kernel {name!r}, argument {i}"), bool(dm and int(dm.group(1)) % 16 == 0)))
@@ -706,11 +710,14 @@ def _source_parameters(ttir: str) -> list[tuple[str, bool]] | None:
     import ast
 
     m = re.search(r'^#loc\s*=\s*loc\("([^"]+)":(\d+):\d+\)', ttir, re.M)
+    if m is None:
+        return None
     try:
-        tree = ast.parse(Path(m.group(1)).read_text()) if m else None
+        tree = ast.parse(Path(m.group(1)).read_text())
     except (OSError, SyntaxError, ValueError):
         return None
-    node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == int(m.group(2))), None)
+    line = int(m.group(2))
+    node = next((n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == line), None)
     if node is None:
         return None
     return [(a.arg, "constexpr" in ast.unparse(a.annotation or ast.Constant(""))) for a in node.args.args]

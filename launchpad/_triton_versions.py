@@ -110,6 +110,7 @@ def convention(metadata: dict[str, Any]) -> Convention:
         instrumentation.
     """
     raw = metadata.get("triton_version")
+    version: tuple[int, int] | None
     if raw is None:  # 3.4 wrote no version; 3.5 added profile scratch and the version together
         version = (3, 5) if "profile_scratch_size" in metadata else (3, 4)
     else:

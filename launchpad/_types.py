@@ -10,6 +10,7 @@ format per kernel, computed once, with ``x`` pad bytes between parameters.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .errors import ArgumentError, LaunchpadError
@@ -97,6 +98,7 @@ class Param:
             return f"{self.size}s"
         if kind == "untyped":
             return _UNTYPED_CODES[self.size]
+        assert self.type is not None  # kind "untyped" is the only one without a type
         return SCALAR_TYPES[self.type][1]
 
     def to_json(self) -> dict:
@@ -140,7 +142,7 @@ def struct_format(params: list[Param] | tuple[Param, ...]) -> tuple[str, int]:
 # --- signatures ---------------------------------------------------------------------------------
 
 
-def parse_signature(signature: str | list[str] | tuple[str, ...]) -> list[str]:
+def parse_signature(signature: str | Sequence[str]) -> list[str]:
     """Split ``"*fp32, *fp32, i32"`` into type words and check each one."""
     words = [w.strip() for w in signature.split(",")] if isinstance(signature, str) else list(signature)
     words = [w for w in words if w]

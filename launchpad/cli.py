@@ -8,7 +8,7 @@ demo
     Compile a templated saxpy with NVRTC; launch it and check it against torch when there is
     a GPU, otherwise print its parameter layout and why it was not launched.
 bench
-    The benchmarks (``benchmarks/`` in the source tree): launch overhead against peers, the
+    The benchmarks (:mod:`launchpad.bench`): launch overhead against the installed peers, the
     argument-count sweep, compile, cache and import times.
 inspect FILE
     Kernels of a cubin, fatbin, PTX or saved launchpad artifact: parameter layout, registers,
@@ -20,29 +20,17 @@ cache list | cache clear
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import platform
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["environment", "format_table", "gpu_status", "main"]
+from ._environment import environment, file_size, gpu_status
+from ._format import format_table, human_bytes, layout_table
 
-#: Distributions whose versions ``info`` and the benchmarks report; the first installed name wins.
-DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
-    "torch": ("torch",),
-    "triton": ("triton",),
-    "numba": ("numba",),
-    "numba-cuda": ("numba-cuda",),
-    "cuda-core": ("cuda-core",),
-    "cuda-bindings": ("cuda-bindings",),
-    "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x"),
-    "numpy": ("numpy",),
-    "matplotlib": ("matplotlib",),
-}
+__all__ = ["main"]
 
 DEMO_SOURCE = r"""
 template <typename T>
@@ -54,193 +42,6 @@ __global__ void saxpy(T a, const T* __restrict__ x, T* __restrict__ y, int n) {
 DEMO_NAME = "saxpy<float>"
 DEMO_SIGNATURE = "fp32, *fp32, *fp32, i32"
 DEMO_ARCH = "sm_90"  # what the demo compiles for when there is no GPU to ask
-
-
-# --- environment ---------------------------------------------------------------------------------
-
-
-def package_versions() -> dict[str, str | None]:
-    """Installed version of each peer distribution, None when it is not installed.
-
-    Read from package metadata, so nothing is imported (importing triton or numba takes seconds).
-    """
-    out: dict[str, str | None] = {}
-    for label, names in DISTRIBUTIONS.items():
-        out[label] = None
-        for name in names:
-            try:
-                out[label] = importlib.metadata.version(name)
-                break
-            except importlib.metadata.PackageNotFoundError:
-                continue
-    return out
-
-
-def gpu_status() -> tuple[bool, str]:
-    """``(True, "")`` when torch and the CUDA driver both see a GPU, else ``(False, why not)``.
-
-    launchpad launches on torch's streams, so it needs a CUDA build of torch as well as a GPU.
-    """
-    import torch
-
-    from . import _driver
-    from .errors import NoDeviceError
-
-    reasons = []
-    if torch.version.cuda is None:
-        reasons.append(f"this torch build ({torch.__version__}) has no CUDA support")
-    elif not torch.cuda.is_available():
-        reasons.append("torch sees no CUDA device")
-    try:
-        _driver.init()  # raises with the driver's own reason when there is none
-        if _driver.device_count() == 0:
-            reasons.append("the CUDA driver reports no GPU")
-    except NoDeviceError as exc:
-        reasons.append(str(exc).split(";")[0])  # the part after ';' is generic advice
-    return not reasons, "; ".join(reasons)
-
-
-def driver_version() -> str | None:
-    """The CUDA version the driver supports (``"13.0"``), None without a driver."""
-    from . import _driver
-    from .errors import LaunchpadError
-
-    try:
-        v = _driver.driver_version()
-    except LaunchpadError:
-        return None
-    return f"{v // 1000}.{v % 1000 // 10}"
-
-
-def devices() -> list[dict[str, Any]]:
-    """Name, compute capability and launch limits of every device the driver sees."""
-    from . import _driver
-
-    out = []
-    for d in range(_driver.device_count()):
-        major, minor = _driver.compute_capability(d)
-        info: dict[str, Any] = {
-            "index": d,
-            "name": _driver.device_name(d),
-            "compute_capability": f"{major}.{minor}",
-            "arch": f"sm_{major}{minor}",
-            "sms": _driver.device_attribute(d, "multiprocessor_count"),
-            "max_threads_per_block": _driver.device_attribute(d, "max_threads_per_block"),
-            "max_shared_per_block": _driver.device_attribute(d, "max_shared_memory_per_block"),
-            "max_shared_per_block_optin": _driver.device_attribute(d, "max_shared_memory_per_block_optin"),
-            "max_shared_per_sm": _driver.device_attribute(d, "max_shared_memory_per_multiprocessor"),
-        }
-        try:
-            import torch
-
-            if torch.cuda.is_available() and d < torch.cuda.device_count():
-                info["total_memory"] = torch.cuda.get_device_properties(d).total_memory
-        except Exception:  # memory size is a nicety; the driver's attributes above are what matter
-            pass
-        out.append(info)
-    return out
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def cache_summary() -> dict[str, Any]:
-    from . import _cache
-
-    found = _cache.entries()
-    return {
-        "dir": str(_cache.cache_dir()),
-        "entries": len(found),
-        "bytes": sum(_size(p) for p in found),
-    }
-
-
-def environment() -> dict[str, Any]:
-    """Everything ``info`` reports, as a JSON-ready dict (the benchmarks record it too)."""
-    import torch
-
-    import launchpad
-
-    ok, reason = gpu_status()
-    return {
-        "python": platform.python_version(),
-        "python_executable": sys.executable,
-        "platform": platform.platform(),
-        "cpu": cpu_model(),
-        "launchpad": launchpad.__version__,
-        "launch_path": list(launchpad.launch_path()),
-        "packages": package_versions(),
-        "torch_cuda": torch.version.cuda,
-        "driver": driver_version(),
-        "gpu_available": ok,
-        "no_gpu_reason": reason,
-        "devices": devices(),
-        "cache": cache_summary(),
-    }
-
-
-# --- formatting helpers --------------------------------------------------------------------------
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
-
-
-def human_bytes(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
-        n /= 1024
-        if n < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}"
-    raise AssertionError("unreachable")
-
-
-def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: str = "", indent: str = "") -> str:
-    """A plain text table under a rule.
-
-    ``align`` has one ``l`` or ``r`` per column (default: the first left, the others right). A
-    row shorter than the header (a launcher that is missing, with its reason) spans the rest.
-    """
-    align = align or "l" + "r" * (len(header) - 1)
-    cells = [["" if c is None else str(c) for c in row] for row in rows]
-    width = [len(h) for h in header]
-    for row in cells:
-        if len(row) == len(header):
-            width = [max(w, len(c)) for w, c in zip(width, row)]
-
-    def line(row: Sequence[str]) -> str:
-        if len(row) < len(header):
-            return indent + "  ".join([row[0].ljust(width[0]), *row[1:]]).rstrip()
-        return indent + "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(row, width, align)).rstrip()
-
-    rule = indent + "  ".join("-" * w for w in width)
-    return "\n".join([line(list(header)), rule, *(line(r) for r in cells)])
-
-
-def layout_table(params: Sequence[Any], indent: str = "    ") -> str:
-    """The parameter layout as a table (index, offset, size, align, type and name where known)."""
-    if not params:
-        return indent + "(no parameters)"
-    fields = ("index", "offset", "size", "align", "type", "name")
-    rows = []
-    for p in params:  # Param objects, or their dicts as an artifact stores them
-        values = [p.get(f) if isinstance(p, dict) else getattr(p, f) for f in fields]
-        rows.append([*values[:4], values[4] or "?", values[5] or ""])
-    header = list(fields)
-    if not any(r[-1] for r in rows):
-        header, rows = header[:-1], [r[:-1] for r in rows]
-    return format_table(header, rows, "rrrrll", indent)
 
 
 # --- info ----------------------------------------------------------------------------------------
@@ -429,7 +230,7 @@ def cmd_cache(args: argparse.Namespace) -> int:
 
     directory = _cache.cache_dir()
     found = _cache.entries()
-    total = sum(_size(p) for p in found)
+    total = sum(file_size(p) for p in found)
     if args.action == "clear":
         removed = _cache.clear()
         print(f"removed {removed} entries ({human_bytes(total)}) from {directory}")
@@ -453,33 +254,8 @@ def cmd_cache(args: argparse.Namespace) -> int:
 # --- bench ---------------------------------------------------------------------------------------
 
 
-def _import_benchmarks() -> Any:
-    """The ``benchmarks`` package of the source tree this launchpad comes from.
-
-    It is not part of the wheel: found next to the ``launchpad`` package (a checkout or an
-    editable install) or on ``sys.path`` (``python -m launchpad`` from the repository root).
-    """
-    root = Path(__file__).resolve().parents[1]
-    if (root / "benchmarks" / "__init__.py").is_file() and str(root) not in sys.path:
-        sys.path.insert(0, str(root))
-    try:
-        import benchmarks
-    except ImportError:
-        return None
-    # some other distribution may install a top-level package of the same name
-    return benchmarks if getattr(benchmarks, "LAUNCHPAD_BENCHMARKS", False) else None
-
-
 def cmd_bench(args: argparse.Namespace) -> int:
-    benchmarks = _import_benchmarks()
-    if benchmarks is None:
-        print(
-            "launchpad bench: the benchmarks are not installed with launchpad; they live in the source tree "
-            "(benchmarks/). Run `python -m launchpad bench` from a checkout of the repository.",
-            file=sys.stderr,
-        )
-        return 2
-    from benchmarks import runner
+    from .bench import runner
 
     only = [t for item in (args.only or []) for t in item.replace(",", " ").split()]
     return runner.run(
@@ -510,9 +286,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=1 << 20, help="number of elements (default 1048576)")
     p.set_defaults(func=cmd_demo)
 
-    p = sub.add_parser("bench", help="run the benchmarks (from a source checkout)")
+    p = sub.add_parser("bench", help="run the benchmarks against the installed peers")
     p.add_argument("--quick", action="store_true", help="fewer rounds and sweep points (under a minute)")
-    p.add_argument("--out", type=Path, default=None, help="where results go (default benchmarks/results)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="where results go (default: benchmarks/results in a checkout, else ./launchpad-bench)",
+    )
     p.add_argument(
         "--only",
         action="append",

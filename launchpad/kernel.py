@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +68,7 @@ class Kernel:
         self._context = Context(spec.display_name, spec.params, spec.args)
         self._executor = _executor.build(spec, self._loader, compiled=compiled)
         # The instance attribute shadows the documented method below: one call, no extra frame.
-        self.launch = self._executor.launch
+        self.launch = self._executor.launch  # type: ignore[method-assign]
         self._configs: dict[Any, Callable[..., None]] = {}
         self._configs_lock = threading.Lock()
 
@@ -92,7 +92,7 @@ class Kernel:
         return "compiled" if self._executor.compiled is not None else "python"
 
     # The generated function replaces this per instance; this is its documentation.
-    def launch(  # type: ignore[no-redef]
+    def launch(
         self,
         grid: int | tuple[int, ...],
         block: int | tuple[int, ...] | None,
@@ -305,7 +305,7 @@ def from_image(
     kind: str,
     name: str,
     *,
-    signature: str | list[str] | tuple[str, ...] | None = None,
+    signature: str | Sequence[str] | None = None,
     display_name: str | None = None,
 ) -> Kernel:
     """A :class:`Kernel` for entry ``name`` of an image whose kind (``cubin``, ``fatbin``, ``ptx``)
@@ -318,7 +318,7 @@ def spec_from_image(
     kind: str,
     name: str,
     *,
-    signature: str | list[str] | tuple[str, ...] | None = None,
+    signature: str | Sequence[str] | None = None,
     display_name: str | None = None,
     metadata: dict | None = None,
 ) -> KernelSpec:

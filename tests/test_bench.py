@@ -6,10 +6,9 @@ generated kernel sources and the C floor are compiled here without one.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.metadata
 import json
-import shutil
-from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -18,9 +17,9 @@ import torch
 
 import launchpad
 import launchpad.cli
-from benchmarks import harness, launchers, runner, targets
-from benchmarks.harness import Entry, Launcher, Missing, Timed, WrongResult
 from launchpad import Arg
+from launchpad.bench import context, harness, launchers, runner, targets
+from launchpad.bench.harness import Entry, Launcher, Missing, Timed, WrongResult
 
 HAS_GPU = torch.cuda.is_available()
 
@@ -352,11 +351,11 @@ def _fake_entries(costs: dict[str, int]) -> list[Entry]:
 @pytest.fixture
 def fake_gpu_bench(monkeypatch):
     """The bench runner with fake launchers, no GPU and no fresh-process measurements."""
-    env = launchpad.cli.environment()
+    env = launchpad._environment.environment()
     env.update(gpu_available=True, no_gpu_reason="", devices=[{"name": "Fake GPU", "arch": "sm_90"}])
-    monkeypatch.setattr(launchpad.cli, "environment", lambda: env)
+    monkeypatch.setattr(launchpad._environment, "environment", lambda: env)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
-    monkeypatch.setattr(launchers, "Context", lambda workdir, graph_kernels: SimpleNamespace(workdir=workdir))
+    monkeypatch.setattr(context, "Context", lambda workdir, graph_kernels: SimpleNamespace(workdir=workdir))
 
     def no_cupy(ctx):
         raise Missing("cupy: not installed")
@@ -438,7 +437,7 @@ def test_parse_only():
 
 def test_config_quick_and_overrides():
     full, quick = runner.Config.make(), runner.Config.make(quick=True)
-    assert full.sweep_ks == launchers.SWEEP_KS and 32 in quick.sweep_ks and 1 in quick.sweep_ks
+    assert full.sweep_ks == context.SWEEP_KS and 32 in quick.sweep_ks and 1 in quick.sweep_ks
     assert quick.rounds < full.rounds and quick.fresh_repeats < full.fresh_repeats
     over = runner.Config.make(quick=True, rounds=7, batch=300)
     assert (over.rounds, over.sweep_rounds, over.batch, over.sweep_batch) == (7, 7, 300, 300)
@@ -449,7 +448,7 @@ def test_config_quick_and_overrides():
 
 @pytest.mark.parametrize("k", [1, 4, 32])
 def test_generated_cpp_sweep_kernels_have_k_pointers_and_n(k):
-    kernel = launchpad.compile_cuda(launchers.sweep_cpp_source(k), f"ptrs{k}", arch=90)
+    kernel = launchpad.compile_cuda(context.sweep_cpp_source(k), f"ptrs{k}", arch=90)
     assert [p.size for p in kernel.params] == [8] * k + [4]
 
 
@@ -464,7 +463,7 @@ def test_generated_triton_sweep_kernel_compiles(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
     path = tmp_path / "lp_bench_sweep_test4.py"
-    path.write_text(launchers.sweep_triton_source(4))
+    path.write_text(context.sweep_triton_source(4))
     spec = importlib.util.spec_from_file_location("lp_bench_sweep_test4", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -480,124 +479,73 @@ def test_user_args_follow_the_kernels_argument_list():
     with_constexpr = SimpleNamespace(args=[Arg("x", path=(0,), param=0), Arg("n", path=(1,), param=1),
                                            Arg("BLOCK", "const", (2,), value=64)])  # fmt: skip
     without = SimpleNamespace(args=[Arg("x", path=(0,), param=0), Arg("n", path=(1,), param=1)])
-    assert launchers.user_args(with_constexpr, ("x", 5, 64), 1) == ("x", 5, 64)
-    assert launchers.user_args(without, ("x", 5, 64), 1) == ("x", 5)
+    assert context.user_args(with_constexpr, ("x", 5, 64), 1) == ("x", 5, 64)
+    assert context.user_args(without, ("x", 5, 64), 1) == ("x", 5)
     with pytest.raises(Missing, match="takes 2 arguments; expected 4 or 3"):
-        launchers.user_args(without, ("x", "y", 5, 64), 1)
+        context.user_args(without, ("x", "y", 5, 64), 1)
 
 
 def test_user_args_of_a_real_triton_kernel():
     pytest.importorskip("triton")
-    from benchmarks import _triton_kernels
+    from launchpad.bench import _triton_kernels
 
     try:
         k = launchpad.from_triton(_triton_kernels.double_it, signature="*fp32, *fp32, i32", constexprs={"BLOCK": 1024},
                                   target=90)  # fmt: skip
     except NotImplementedError:
         pytest.skip("launchpad.from_triton is not written yet")
-    assert launchers.user_args(k, ("x", "y", 1024, 1024), 1) in (("x", "y", 1024, 1024), ("x", "y", 1024))
+    assert context.user_args(k, ("x", "y", 1024, 1024), 1) in (("x", "y", 1024, 1024), ("x", "y", 1024))
 
 
-@pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="no C compiler")
-@pytest.mark.skipif(HAS_GPU, reason="checks the no-driver message")
-def test_c_floor_builds_and_explains_a_missing_driver(tmp_path):
-    with pytest.raises(Missing, match=r"libcuda\.so\.1"):
-        launchers.CFloor(tmp_path, 0)
-    assert (tmp_path / "libcfloor.so").is_file()
+_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p,
+                           ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)  # fmt: skip
 
 
-FAKE_LIBCUDA = r"""
-#include <stdint.h>
-#include <string.h>
-/* A stand-in for the driver: records what the C floor passes to cuLaunchKernel. */
-static int current = 0;
-long long launches = 0;
-unsigned int dims[7];
-uint64_t stream_seen, function_seen, p0, p1;
-int p2;
-int cuInit(unsigned int flags) { return 0; }
-int cuDeviceGet(int *dev, int ordinal) { *dev = ordinal; return 0; }
-int cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = (void *)0x1234; return 0; }
-int cuCtxGetCurrent(void **ctx) { *ctx = current ? (void *)0x1234 : 0; return 0; }
-int cuCtxSetCurrent(void *ctx) { current = ctx != 0; return 0; }
-int cuModuleLoadData(void **module, const void *image) {
-    if (memcmp(image, "\x7f" "ELF", 4)) return 200; /* CUDA_ERROR_INVALID_IMAGE */
-    *module = (void *)0x42;
-    return 0;
-}
-int cuModuleGetFunction(void **function, void *module, const char *name) {
-    if (strcmp(name, "double_it")) return 500; /* CUDA_ERROR_NOT_FOUND */
-    *function = (void *)0x77;
-    return 0;
-}
-int cuModuleUnload(void *module) { return 0; }
-int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by,
-                   unsigned int bz, unsigned int smem, void *stream, void **params, void **extra) {
-    unsigned int d[7] = {gx, gy, gz, bx, by, bz, smem};
-    memcpy(dims, d, sizeof d);
-    function_seen = (uint64_t)f;
-    stream_seen = (uint64_t)stream;
-    p0 = *(uint64_t *)params[0];
-    p1 = *(uint64_t *)params[1];
-    p2 = *(int *)params[2];
-    launches++;
-    return extra ? 1 : 0;
-}
-"""
+class RecordingDriver:
+    """A ``cuLaunchKernel`` stand-in the C loop calls through its address; fails from launch ``fail_at``."""
 
-FAKE_DRIVER_CHECK = r"""
-import ctypes, json, sys
-from pathlib import Path
-from benchmarks.harness import Missing
-from benchmarks.launchers import CFloor
-floor = CFloor(Path(sys.argv[1]), 0)
-function = floor.load(b"\x7fELF" + bytes(60), "double_it")
-values = [ctypes.c_uint64(0x7F0000001000), ctypes.c_uint64(0x7F0000002000), ctypes.c_int32(1024)]
-batch = floor.launcher(function, 3, 256, values, 0x5000)
-batch(250)
-drv = ctypes.CDLL("libcuda.so.1")
-read = lambda t, name: t.in_dll(drv, name).value
-out = {
-    "function": function, "launches": read(ctypes.c_longlong, "launches"),
-    "dims": list((ctypes.c_uint * 7).in_dll(drv, "dims")), "stream": read(ctypes.c_uint64, "stream_seen"),
-    "function_seen": read(ctypes.c_uint64, "function_seen"),
-    "params": [read(ctypes.c_uint64, "p0"), read(ctypes.c_uint64, "p1"), read(ctypes.c_int, "p2")],
-}
-try:
-    floor.load(b"\x7fELF" + bytes(60), "other")
-except Missing as exc:
-    out["missing"] = str(exc)
-print(json.dumps(out))
-"""
+    def __init__(self, fail_at: int = 0, error: int = 0):
+        self.calls: list[tuple] = []
+        self.fail_at, self.error = fail_at, error
+
+        def launch(f, gx, gy, gz, bx, by, bz, smem, stream, params, extra):
+            p = [ctypes.cast(params[i], ctypes.POINTER(t)).contents.value for i, t in
+                 enumerate((ctypes.c_uint64, ctypes.c_uint64, ctypes.c_int32))]  # fmt: skip
+            self.calls.append((f, (gx, gy, gz), (bx, by, bz), smem, stream, tuple(p), extra))
+            return self.error if self.fail_at and len(self.calls) >= self.fail_at else 0
+
+        self.fn = _LAUNCH(launch)
+        self.address = ctypes.cast(self.fn, ctypes.c_void_p).value
 
 
-@pytest.mark.skipif(not shutil.which("gcc"), reason="no gcc")
-def test_c_floor_against_a_fake_driver(tmp_path):
-    """The C loop, its ctypes signatures and the packed parameters, with a fake libcuda.so.1."""
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "fake.c").write_text(FAKE_LIBCUDA)
-    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(tmp_path / "libcuda.so.1"), str(tmp_path / "fake.c")],
-                   check=True)  # fmt: skip
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, LD_LIBRARY_PATH=str(tmp_path), PYTHONPATH=str(root))
-    proc = subprocess.run([sys.executable, "-c", FAKE_DRIVER_CHECK, str(tmp_path)], capture_output=True, text=True,
-                          env=env, timeout=120)  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
-    assert out["launches"] == 250
-    assert out["function"] == out["function_seen"] == 0x77
-    assert out["dims"] == [3, 1, 1, 256, 1, 1, 0] and out["stream"] == 0x5000
-    assert out["params"] == [0x7F0000001000, 0x7F0000002000, 1024]
-    assert out["missing"] == "C floor: cuModuleLoadData/cuModuleGetFunction('other') failed: CUresult 500"
+def _floor_values():
+    return [ctypes.c_uint64(0x7F0000001000), ctypes.c_uint64(0x7F0000002000), ctypes.c_int32(1024)]
 
 
-def test_c_floor_reports_a_compiler_failure(tmp_path, monkeypatch):
-    monkeypatch.setenv("CC", str(Path("/bin/false")))
-    with pytest.raises(Missing, match="building the C floor failed"):
-        launchers.CFloor(tmp_path, 0)
+@pytest.mark.skipif(launchpad.launch_path()[0] != "compiled", reason="the C floor is in the compiled module")
+def test_c_floor_loop_passes_one_prepacked_launch(monkeypatch):
+    from launchpad import _driver
+
+    drv = RecordingDriver()
+    monkeypatch.setattr(_driver, "launch_entry_points", lambda: (drv.address, 0, 0))
+    floor = context.CFloor(0)
+    batch = floor.launcher(0x77, 3, 256, _floor_values(), 0x5000)
+    batch(250)
+    assert len(drv.calls) == 250
+    assert set(drv.calls) == {(0x77, (3, 1, 1), (256, 1, 1), 0, 0x5000, (0x7F0000001000, 0x7F0000002000, 1024), None)}
+    failing = RecordingDriver(fail_at=3, error=1)  # CUDA_ERROR_INVALID_VALUE at the third launch
+    monkeypatch.setattr(_driver, "launch_entry_points", lambda: (failing.address, 0, 0))
+    with pytest.raises(RuntimeError, match="cuLaunchKernel failed in the C loop: CUDA_ERROR_INVALID_VALUE"):
+        context.CFloor(0).launcher(0x77, 1, 32, _floor_values(), 0)(10)
+    assert len(failing.calls) == 3  # the loop stops at the first error
+
+
+def test_c_floor_needs_the_compiled_module(monkeypatch):
+    from launchpad import _executor
+
+    monkeypatch.setattr(_executor, "_claunch", None)
+    with pytest.raises(Missing, match="the C floor runs in launchpad's compiled module, which is unavailable"):
+        context.CFloor(0)
 
 
 # --- on a GPU: every launcher sets up, launches the right kernel, or is missing with a reason ---------
@@ -605,7 +553,7 @@ def test_c_floor_reports_a_compiler_failure(tmp_path, monkeypatch):
 
 @pytest.mark.gpu
 def test_every_launcher_sets_up_or_is_missing(tmp_path):
-    ctx = launchers.Context(tmp_path, graph_kernels=10)
+    ctx = context.Context(tmp_path, graph_kernels=10)
     ready, results = harness.set_up(launchers.LAUNCHERS, ctx, sync=torch.cuda.synchronize, log=lambda _: None)
     assert not [r for r in results.values() if r["status"] == "error"], results
     for key in ("c_floor", "lp_cpp", "lp_bound", "torch_mul", "cuda_graph", "cuda_core"):
@@ -616,7 +564,7 @@ def test_every_launcher_sets_up_or_is_missing(tmp_path):
 
 @pytest.mark.gpu
 def test_sweep_launchers_set_up(tmp_path):
-    ctx = launchers.Context(tmp_path)
+    ctx = context.Context(tmp_path)
     _, results = harness.set_up(launchers.sweep_entries(4), ctx, sync=torch.cuda.synchronize, log=lambda _: None)
     assert not [r for r in results.values() if r["status"] == "error"], results
     assert results["c_floor"]["status"] == "ok" and results["lp_cpp"]["status"] == "ok"

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import cli
+from launchpad import _format, cli
 
 HAS_GPU = torch.cuda.is_available()
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +71,10 @@ def test_info(cache):
         assert f"\n  {name} " in out, name
     assert f"  torch          {torch.__version__.split('+')[0]}" in out  # the package version, without the local tag
     assert f"cache: {cache} (0 entries, 0 B)" in out
+    path, why = launchpad.launch_path()
+    assert ("\nlaunch path: compiled\n" if path == "compiled" else f"\nlaunch path: python ({why})\n") in out
+    forced = run_cli("info", env={"LAUNCHPAD_PYTHON_LAUNCH": "1"}).stdout
+    assert "\nlaunch path: python (LAUNCHPAD_PYTHON_LAUNCH is set)\n" in forced
     if HAS_GPU:
         assert f"devices: {torch.cuda.device_count()}" in out
         major, minor = torch.cuda.get_device_capability(0)
@@ -209,9 +213,9 @@ def test_cache_list_and_clear(cache, capsys):
     for e in entries:
         assert e.stem[:16] in out
     total = sum(e.stat().st_size for e in entries)
-    assert out.rstrip().endswith(f"total: 2 entries, {cli.human_bytes(total)}")
+    assert out.rstrip().endswith(f"total: 2 entries, {_format.human_bytes(total)}")
     assert cli.main(["cache", "clear"]) == 0
-    assert capsys.readouterr().out == f"removed 2 entries ({cli.human_bytes(total)}) from {cache}\n"
+    assert capsys.readouterr().out == f"removed 2 entries ({_format.human_bytes(total)}) from {cache}\n"
     assert not list(cache.glob("*.lpc"))
     assert cli.main(["cache", "list"]) == 0
     assert capsys.readouterr().out == f"cache: {cache} (empty)\n"

@@ -19,6 +19,32 @@ static PyObject *dlpack_dtype(PyObject *module, PyObject *tensor) {
     return Py_BuildValue("(iii)", t.dtype.code, t.dtype.bits, t.dtype.lanes);
 }
 
+/* launch_loop(cuLaunchKernel, function, count, grid, block, shared_mem, stream, params) -> CUresult:
+ * ``count`` launches of one prepacked launch from a C loop, the GIL released: the floor that the
+ * benchmarks (launchpad.bench) compare every launcher with. Addresses come as ints (``params``: a
+ * ``void**`` of the kernel's arguments); stops at the first error and returns its code. */
+static PyObject *launch_loop(PyObject *module, PyObject *args) {
+    (void)module;
+    unsigned long long launch_addr, function, stream, params;
+    long long count;
+    unsigned int g[3], b[3], shared_mem;
+    if (!PyArg_ParseTuple(args, "KKL(III)(III)IKK:launch_loop", &launch_addr, &function, &count, &g[0], &g[1], &g[2],
+                          &b[0], &b[1], &b[2], &shared_mem, &stream, &params))
+        return NULL;
+    if (launch_addr == 0) {
+        PyErr_SetString(PyExc_ValueError, "launch_loop: no cuLaunchKernel address");
+        return NULL;
+    }
+    LaunchFn launch = (LaunchFn)(uintptr_t)launch_addr;
+    CUresult r = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (long long i = 0; i < count && r == 0; i++)
+        r = launch((CUfunction)(uintptr_t)function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
+                   (CUstream)(uintptr_t)stream, (void **)(uintptr_t)params, NULL);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong((long)r);
+}
+
 #ifdef LP_PROFILE
 #include <time.h>
 unsigned long long lp_profile_ns[LP_STEPS], lp_profile_calls;
@@ -45,6 +71,8 @@ static PyObject *profile(PyObject *module, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"dlpack_dtype", dlpack_dtype, METH_O, "dlpack_dtype(tensor) -> (code, bits, lanes) of its DLPack dtype."},
+    {"launch_loop", launch_loop, METH_VARARGS,
+     "launch_loop(cuLaunchKernel, function, count, grid, block, shared_mem, stream, params) -> CUresult: the C floor."},
 #ifdef LP_PROFILE
     {"_profile", profile, METH_NOARGS, "_profile() -> (launches, [ns per step]); resets (LP_PROFILE builds)."},
 #endif

@@ -43,7 +43,13 @@ from .targets import evaluate
 SCHEMA = "launchpad.bench/1"
 SECTIONS = ("compile", "import", "launch", "sweep")
 GPU_SECTIONS = ("launch", "sweep")
-DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+
+
+def default_out() -> Path:
+    """Where results go: ``benchmarks/results`` of the source checkout this launchpad comes from
+    (what the README shows), else ``launchpad-bench`` in the current directory."""
+    checkout = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+    return checkout if checkout.is_dir() else Path.cwd() / "launchpad-bench"
 
 
 @dataclass
@@ -108,7 +114,7 @@ def selected(key: str, patterns: Sequence[str]) -> bool:
 
 
 def versions(env: dict[str, Any]) -> dict[str, Any]:
-    """The flat version record of a report, from :func:`launchpad.cli.environment`."""
+    """The flat version record of a report, from :func:`launchpad._environment.environment`."""
     dev = env["devices"][0] if env["devices"] else {}
     return {
         "python": env["python"],
@@ -130,7 +136,8 @@ def versions(env: dict[str, Any]) -> dict[str, Any]:
 def launch_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[[str], None]) -> dict[str, Any]:
     import torch
 
-    from .launchers import LAUNCHERS, N
+    from .context import N
+    from .launchers import LAUNCHERS
 
     sync = torch.cuda.synchronize
     log("launch overhead: setting up launchers")
@@ -155,7 +162,8 @@ def launch_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable
 def sweep_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[[str], None]) -> dict[str, Any]:
     import torch
 
-    from .launchers import SWEEP_N, sweep_entries
+    from .context import SWEEP_N
+    from .launchers import sweep_entries
 
     sync = torch.cuda.synchronize
     merged: dict[str, dict[str, Any]] = {}
@@ -315,7 +323,7 @@ def run(
         return 2
     # Numba warns on every launch of a grid under 128 blocks; the warning is not a launch cost.
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-    from launchpad.cli import environment
+    from .._environment import environment
 
     env = environment()
     gpu = env["gpu_available"]
@@ -358,7 +366,7 @@ def run(
     if "compile" in sections or "import" in sections:
         section("compile", lambda: compile_section(sections, cfg, arch, gpu, log))
     if wanted_gpu:
-        from .launchers import Context
+        from .context import Context
 
         with tempfile.TemporaryDirectory(prefix="lp-bench-") as workdir:
             try:
@@ -375,7 +383,7 @@ def run(
     report.setdefault("elapsed_s", {})["total"] = round(time.perf_counter() - started, 2)
 
     print(render(report, format_table, markdown=False))
-    out_dir = Path(out) if out is not None else DEFAULT_OUT
+    out_dir = Path(out) if out is not None else default_out()
     written = [write_json(out_dir / "latest.json", report)]
     md = out_dir / "latest.md"
     md.write_text(render(report, markdown_table, markdown=True))

@@ -1,6 +1,6 @@
 """Triton kernels of the launch benchmarks (imported only when Triton is installed).
 
-``double_it`` is the same tiny kernel as the C++ ``double_it`` of :mod:`benchmarks.launchers`:
+``double_it`` is the same tiny kernel as the C++ ``double_it`` of :mod:`launchpad.bench.context`:
 ``y[i] = 2 * x[i]`` over ``n`` floats in one program (block).
 """
 

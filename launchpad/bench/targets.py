@@ -75,7 +75,7 @@ class _Failed(Exception):
 def _ours(report: dict[str, Any], key: str, section: str = "launch", k: int | None = None) -> float:
     """A launchpad figure: its absence is a failure of launchpad, not a missing peer."""
     try:
-        return (_launch(report, key) if section == "launch" else _sweep(report, key, k))[0]
+        return (_launch(report, key) if section == "launch" else _sweep(report, key, k or 0))[0]
     except _NA:
         record = report.get(section, {}).get("results", {}).get(key)
         if record is not None and record.get("status") in ("error", "missing"):

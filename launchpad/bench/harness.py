@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launchpad.cli import format_table  # the one text-table formatter (the CLI's)
+from .._format import format_table  # the one text-table formatter (the CLI's)
 
 __all__ = [
     "Entry",

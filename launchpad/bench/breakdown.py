@@ -1,7 +1,7 @@
 """Where a checked launch's time goes: launch variants that each leave one step out, timed in one
 run, interleaved, as differences to the C floor.
 
-Run on a GPU: ``python -m benchmarks.breakdown``. Each row is a launch (or a call) that differs
+Run on a GPU: ``python -m launchpad.bench.breakdown``. Each row is a launch (or a call) that differs
 from the one above it by one piece of work, so the difference between rows is that piece's cost:
 the bound launch is the driver call with the GIL released; a launch of a kernel with no parameters
 adds the per-launch fixed work (device, entry, grid and block, stream); the raw-pointer launch adds
@@ -11,6 +11,7 @@ launch adds its constexpr check, two NULL scratch pointers and the launch-hook c
 
 from __future__ import annotations
 
+import ctypes
 import statistics
 import sys
 import tempfile
@@ -21,8 +22,9 @@ import torch
 
 import launchpad
 
+from .context import CPP_NAME, CPP_SOURCE, CFloor, Context
 from .harness import Timed
-from .launchers import CPP_NAME, CPP_SOURCE, CFloor, Context, _ptr
+from .launchers import _ptr
 
 ROUNDS, BATCH = 40, 400
 
@@ -79,9 +81,8 @@ def main() -> int:
     x, y, n = ctx.x, ctx.y, ctx.n
     k = launchpad.compile_cuda(CPP_SOURCE, CPP_NAME)
     empty = launchpad.compile_cuda('extern "C" __global__ void empty() {}', "empty")
-    floor = CFloor(work, ctx.device)
-    batch = floor.launcher(floor.load(k.image, k.name), 1, 1024, [_ptr(x), _ptr(y), __import__("ctypes").c_int32(n)],
-                           ctx.stream)  # fmt: skip
+    floor = CFloor(ctx.device)
+    batch = floor.launcher(floor.load(k), 1, 1024, [_ptr(x), _ptr(y), ctypes.c_int32(n)], ctx.stream)
     bound = k.bind(1, 1024, x, y, n)
     t = ctx.triton()
     tri = launchpad.from_triton(t.compiled)
