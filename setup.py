@@ -10,7 +10,7 @@ import os
 
 from setuptools import Extension, setup
 
-SOURCES = ["module.c", "launcher.c", "values.c", "bound.c", "dispatch.c"]
+SOURCES = ["module.c", "plan.c", "launcher.c", "configured.c", "values.c", "bound.c", "dispatch.c"]
 
 claunch = Extension(
     "launchpad._claunch",

@@ -16,7 +16,8 @@ from ._loader import ModuleCallbacks
 from ._numba import from_numba
 from ._spec import Arg, KernelSpec, LaunchPlan
 from ._torch_op import torch_op
-from ._triton import from_triton, load_triton
+from ._triton import from_triton
+from ._triton_cache import load_triton
 from ._triton_launcher import TritonLauncher, triton_launcher
 from ._types import Param
 from .errors import (

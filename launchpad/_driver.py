@@ -11,6 +11,10 @@ from the current context): work for another device (a module load, a launch on a
 stream) runs with that device's context pushed and popped again. The one exception is a thread
 that has no context at all (a fresh ``threading.Thread``): it adopts device 0's, as the CUDA
 runtime would on its first call.
+
+Longer than 400 lines on purpose: keeping every ``cuda.bindings`` call in this one module (the
+loads, attributes, memory queries, launches with attributes, tensor maps) is what lets the rest
+of launchpad stay free of the bindings; its sections follow the driver API's own grouping.
 """
 
 from __future__ import annotations

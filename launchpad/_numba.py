@@ -15,14 +15,13 @@ import contextlib
 import inspect
 import re
 import threading
-import types as pytypes
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 from . import _cpp, _numba_args  # noqa: F401  (_numba_args registers the converters the kernels use)
 from ._loader import ModuleCallbacks
+from ._numba_compile import compile_kernel, cudadevrt, linked_object, refuse_nrt
 from ._spec import Arg, LaunchPlan
 from .errors import CompileError, LaunchpadError
 from .kernel import Kernel
@@ -36,10 +35,6 @@ _ELEMENT_WORDS = {
     "float16": "fp16", "float32": "fp32", "float64": "fp64",
     "complex64": "void", "complex128": "void",  # no type word for complex: the dtype lives in the options
 }  # fmt: skip
-
-#: Symbols a kernel calls when it synchronizes the grid (``cuda.cg.this_grid().sync()``);
-#: they live in libcudadevrt and work only in a cooperative launch.
-_GRID_SYNC_SYMBOLS = ("cudaCGGetIntrinsicHandle", "cudaCGSynchronize")
 
 #: Options of a ``numba.cuda.jit`` dispatcher that change the compiled code and are honoured.
 _JIT_OPTIONS = ("fastmath", "lineinfo", "opt", "launch_bounds")
@@ -148,18 +143,18 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
     arch = _cpp.resolve_arch(arch)
     cc = _compute_capability(arch)
     options = {k: target_options[k] for k in _JIT_OPTIONS if target_options.get(k) is not None}
-    compiled = _compile(pyfunc, argtypes, cc, lto, options)
-    _refuse_nrt(name, compiled)
-    objects = [*compiled.codes, *(_numba_object(f, arch, compiled.output) for f in compiled.linking_files), *link]
+    compiled = compile_kernel(pyfunc, argtypes, cc, lto, options)
+    refuse_nrt(name, compiled)
+    objects = [*compiled.codes, *(linked_object(f, arch, compiled.output) for f in compiled.linking_files), *link]
     if compiled.cooperative:
-        objects.append(_cudadevrt())
+        objects.append(cudadevrt())
     # LTO when Numba's code is LTO-IR; otherwise link decides from the objects given
     lto_link = True if compiled.output == "ltoir" else None
     try:
         linked = _cpp.link_spec(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
     except CompileError as exc:
         if "NRT_" in str(exc.log):
-            _refuse_nrt(name, replace(compiled, uses_nrt=True))
+            refuse_nrt(name, replace(compiled, uses_nrt=True))
         raise
     kernel = Kernel(
         linked.replace(
@@ -310,197 +305,3 @@ def _compute_capability(arch: str) -> tuple:
         raise LaunchpadError(f"cannot tell the compute capability of arch {arch!r}")
     major, minor, suffix = int(m.group(1)), int(m.group(2)), m.group(3)
     return (major, minor, suffix) if suffix else (major, minor)
-
-
-# --- compiling ------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Compiled:
-    codes: list[bytes]  # LTO-IR or PTX of the kernel and the device functions it calls
-    output: str  # "ltoir" or "ptx"
-    entry: str  # the mangled kernel name
-    cooperative: bool  # the code synchronizes the grid
-    linking_files: list[Any]  # files declared with declare_device(link=...)
-    keepalive: dict  # objects the code refers to by address
-    setup: tuple = ()  # the linked files' module callbacks, as numba-cuda collects them
-    teardown: tuple = ()
-    uses_nrt: bool = False  # the code calls Numba's runtime (allocates, reference-counts)
-
-
-@contextlib.contextmanager
-def _compiling_for(cc: tuple) -> Iterator[None]:
-    """Make Numba compile the device functions a kernel calls for ``cc``.
-
-    Numba's dispatcher compiles a called device function (a ``@cuda.jit(device=True)``
-    function, or an overload such as ``cuda.cg.this_grid``) for "the current device", which it
-    asks the driver for: without a GPU that fails, and with one it may not be the target. While
-    this thread compiles (the caller holds Numba's compiler lock), it answers ``cc`` instead;
-    other threads still get the real device.
-    """
-    from numba.cuda import dispatcher
-
-    original = dispatcher.get_current_device
-    target = pytypes.SimpleNamespace(compute_capability=tuple(cc[:2]))
-    me = threading.get_ident()
-
-    def current_device() -> Any:
-        return target if threading.get_ident() == me else original()
-
-    dispatcher.get_current_device = current_device
-    try:
-        yield
-    finally:
-        dispatcher.get_current_device = original
-
-
-def _compile(pyfunc: Any, argtypes: tuple, cc: tuple, lto: bool, options: dict) -> _Compiled:
-    """Compile with Numba's compiler (never the dispatcher) for compute capability ``cc``.
-
-    The public ``numba.cuda.compile`` returns the code alone; the code library behind it also
-    knows the entry name, whether the kernel synchronizes the grid (what Numba's dispatcher
-    reads to launch cooperatively) and the files ``declare_device`` asked to link, so that is
-    used where this numba-cuda has it, and the public call otherwise.
-    """
-    from numba.cuda.core.compiler_lock import global_compiler_lock
-
-    internal = _internal_compiler()
-    try:
-        with global_compiler_lock, _compiling_for(cc):
-            if internal is None:
-                return _compile_public(pyfunc, argtypes, cc, options)
-            lib, _ = internal(pyfunc, argtypes, device=False, cc=cc, abi="numba", lto=lto, **options)
-            if lto:
-                codes = [bytes(lib.get_ltoir(cc=cc))]
-            else:
-                codes = [ptx.encode() for ptx in lib.get_asm_strs(cc=cc)]
-            return _Compiled(
-                codes,
-                "ltoir" if lto else "ptx",
-                lib._entry_name,
-                bool(lib.use_cooperative),
-                list(lib._linking_files),
-                dict(getattr(lib, "referenced_objects", {})),
-                _callbacks(getattr(lib, "_setup_functions", ())),
-                _callbacks(getattr(lib, "_teardown_functions", ())),
-                bool(_NRT_CALLS.search("\n".join(getattr(lib, "llvm_strs", ())))),
-            )
-    except LaunchpadError:
-        raise
-    except Exception as exc:
-        if type(exc).__module__.startswith("numba"):  # typing and lowering errors: the user's code
-            log = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # without Numba's terminal colours
-            kinds = ", ".join(map(str, argtypes))
-            raise CompileError(f"Numba could not compile kernel {pyfunc.__name__!r} for ({kinds})", log) from exc
-        raise
-
-
-def _internal_compiler() -> Any:
-    """numba-cuda's compile entry point that returns the code library, or None."""
-    from numba.cuda import compiler
-
-    return getattr(compiler, "_compile_pyfunc_with_fixup", None)
-
-
-def _compile_public(pyfunc: Any, argtypes: tuple, cc: tuple, options: dict) -> _Compiled:
-    """Through ``numba.cuda.compile`` alone: PTX, whose ``.entry`` and calls tell the rest."""
-    from numba import cuda
-
-    ptx, _ = cuda.compile(pyfunc, argtypes, device=False, abi="numba", output="ptx", cc=cc, **options)
-    entries = re.findall(r"\.entry\s+([\w$.]+)\s*\(", ptx)
-    if len(entries) != 1:
-        raise LaunchpadError(f"expected one kernel in Numba's PTX for {pyfunc.__name__!r}, found {entries}")
-    cooperative = any(re.search(rf"\b{s}\b", ptx) for s in _GRID_SYNC_SYMBOLS)
-    return _Compiled([ptx.encode()], "ptx", entries[0], cooperative, [], {}, uses_nrt=bool(_NRT_CALLS.search(ptx)))
-
-
-# --- linking --------------------------------------------------------------------------------------
-
-
-def _numba_object(item: Any, arch: str, output: str) -> Any:
-    """A file given to ``declare_device(link=...)`` (a path or Numba ``LinkableCode``) as an
-    object :func:`launchpad.link` takes; CUDA C++ sources are compiled with NVRTC."""
-    from cuda.core import ObjectCode
-
-    if isinstance(item, (str, Path)):
-        path = Path(item)
-        if path.suffix == ".cu":
-            return _cpp.compile_cuda_object(path.read_text(), arch=arch, output=output, include_dirs=[path.parent])
-        data, kind = path.read_bytes(), path.suffix.lstrip(".")
-    else:  # a LinkableCode: its callbacks come with the code library (see _callbacks)
-        data = item.data
-        kind = _linkable_kind(item)
-        if kind == "cu":
-            return _cpp.compile_cuda_object(data if isinstance(data, str) else data.decode(), arch=arch, output=output)
-        if isinstance(data, str):
-            data = data.encode()
-    if kind == "a":
-        return ObjectCode.from_library(bytes(data))
-    if kind == "o":
-        return ObjectCode.from_object(bytes(data))
-    return bytes(data)  # PTX, LTO-IR, cubin and fatbin are told apart by their bytes
-
-
-def _callbacks(functions: Any) -> tuple:
-    """A code library's module callbacks, each once, in order, without numba-cuda's fp16 shim's
-    ``lto_warning_callback``: it only warns that nvJitLink is missing, and launchpad always links
-    with nvJitLink."""
-    seen: list = []
-    for f in functions:
-        if f not in seen and getattr(f, "__name__", "") != "lto_warning_callback":
-            seen.append(f)
-    return tuple(seen)
-
-
-#: Functions of Numba's runtime a kernel calls when it allocates (numba-cuda's dispatcher looks for
-#: these names in the PTX before it links its runtime in). Reference counting alone is left to
-#: the optimizer, which removes it for arrays passed in (their meminfo is NULL); where it stays,
-#: the link fails on an ``NRT_`` symbol and is refused the same way.
-_NRT_CALLS = re.compile(r"\bNRT_(?:Allocate\w*|MemInfo_(?:alloc\w*|new\w*|init)|Free|dealloc)\b")
-
-
-def _refuse_nrt(name: str, compiled: _Compiled) -> None:
-    """Refuse kernels that need Numba's runtime: its memory system is set up and its allocations
-    freed by numba-cuda's dispatcher, which launchpad does not run."""
-    if compiled.uses_nrt or any(getattr(item, "nrt", False) for item in compiled.linking_files):
-        raise LaunchpadError(
-            f"kernel {name!r} uses Numba's runtime (NRT: arrays allocated in the kernel, reference counting), "
-            "which numba-cuda's dispatcher initializes on the device; launchpad does not, so it cannot launch it. "
-            "Launch it with Numba's dispatcher, or allocate outside the kernel and pass the arrays in"
-        )
-
-
-def _linkable_kind(item: Any) -> str:
-    kind = getattr(item, "kind", None)
-    if kind == "cu":
-        return kind
-    try:
-        from numba.cuda.cudadrv.linkable_code import FILE_EXTENSION_MAP
-
-        return next((ext for ext, value in FILE_EXTENSION_MAP.items() if value == kind), "")
-    except ImportError:
-        return ""
-
-
-def _cudadevrt() -> Any:
-    """libcudadevrt.a, which holds what grid synchronization calls."""
-    from cuda.core import ObjectCode
-
-    path = None
-    try:
-        from cuda import pathfinder
-
-        path = pathfinder.find_static_lib("cudadevrt")
-    except Exception:
-        try:
-            from numba.cuda.cudadrv.libs import get_cudalib
-
-            path = get_cudalib("cudadevrt", static=True)
-        except Exception:
-            path = None
-    if not path or not Path(path).is_file():
-        raise CompileError(
-            "this kernel synchronizes the grid, which needs libcudadevrt.a; it was not found "
-            "(install the CUDA runtime's static libraries, e.g. the nvidia-cuda-runtime wheel)"
-        )
-    return ObjectCode.from_library(Path(path).read_bytes())

@@ -18,7 +18,7 @@ import torch
 import launchpad
 import launchpad.cli
 from launchpad import Arg
-from launchpad.bench import context, harness, launchers, runner, targets
+from launchpad.bench import context, harness, launchers, report, runner, sweep, targets
 from launchpad.bench.harness import Entry, Launcher, Missing, Timed, WrongResult
 
 HAS_GPU = torch.cuda.is_available()
@@ -320,18 +320,18 @@ def test_targets_fail_with_the_error_when_launchpad_fails_and_are_na_only_for_wh
 
 
 def test_format_table_aligns_columns_and_spans_missing_rows():
-    rows = harness.launch_rows({
+    rows = report.launch_rows({
         "c_floor": dict(_record("c_floor", [3690.0, 3700.0]), ratio={"median": 1.0}),
         "cupy": {"key": "cupy", "label": "CuPy RawKernel", "status": "missing", "reason": "cupy: not installed"},
     })  # fmt: skip
-    text = harness.format_table(harness.LAUNCH_HEADER, rows)
+    text = report.format_table(report.LAUNCH_HEADER, rows)
     lines = text.splitlines()
     assert lines[0].startswith("launcher") and set(lines[1]) <= {"-", " "}
     assert "3.69" in lines[2] and "1.00x" in lines[2]
     assert lines[3].startswith("CuPy RawKernel") and lines[3].endswith("missing: cupy: not installed")
     # numbers are right-aligned under their headers
     assert lines[0].index("us/launch") + len("us/launch") == lines[2].index("3.69") + len("3.69")
-    md = harness.markdown_table(["a", "b"], [["x|y", "1"], ["only"]])
+    md = report.markdown_table(["a", "b"], [["x|y", "1"], ["only"]])
     assert md.splitlines() == ["| a | b |", "| --- | ---: |", "| x\\|y | 1 |", "| only |  |"]
 
 
@@ -364,7 +364,7 @@ def fake_gpu_bench(monkeypatch):
         Entry("cupy", "CuPy RawKernel", "peer", no_cupy)
     ]
     monkeypatch.setattr(launchers, "LAUNCHERS", fake)
-    monkeypatch.setattr(launchers, "sweep_entries", lambda k: _fake_entries(
+    monkeypatch.setattr(sweep, "sweep_entries", lambda k: _fake_entries(
         {"c_floor": 50 + k, "lp_triton": 55 + k, "triton_bare": 80 + 2 * k}))  # fmt: skip
 
 
@@ -565,6 +565,6 @@ def test_every_launcher_sets_up_or_is_missing(tmp_path):
 @pytest.mark.gpu
 def test_sweep_launchers_set_up(tmp_path):
     ctx = context.Context(tmp_path)
-    _, results = harness.set_up(launchers.sweep_entries(4), ctx, sync=torch.cuda.synchronize, log=lambda _: None)
+    _, results = harness.set_up(sweep.sweep_entries(4), ctx, sync=torch.cuda.synchronize, log=lambda _: None)
     assert not [r for r in results.values() if r["status"] == "error"], results
     assert results["c_floor"]["status"] == "ok" and results["lp_cpp"]["status"] == "ok"

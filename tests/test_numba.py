@@ -20,7 +20,7 @@ from numba import cuda
 from numba.cuda import types
 
 import launchpad as lp
-from launchpad import _driver, _numba
+from launchpad import _driver, _numba, _numba_compile
 from launchpad._binary import kernels_in_image
 from launchpad._checks import RawStream
 
@@ -174,7 +174,7 @@ def numba_ptx_params(name: str) -> list[tuple[int, int]]:
     fn, sig = SIGS[name]
     from numba.cuda.core.compiler_lock import global_compiler_lock
 
-    with global_compiler_lock, _numba._compiling_for(CC):
+    with global_compiler_lock, _numba_compile.compiling_for(CC):
         ptx, _ = cuda.compile(fn, sig, device=False, abi="numba", output="ptx", cc=CC)
     (entry,) = kernels_in_image(ptx.encode(), "ptx").values()
     return [(p.offset, p.size) for p in entry.params]
@@ -578,7 +578,7 @@ def test_dispatcher_input_and_ptx_path(fake_gpu):
 
 def test_public_compile_fallback(monkeypatch, fake_gpu):
     """Where numba-cuda lacks the internal entry point, ``numba.cuda.compile``'s PTX is used."""
-    monkeypatch.setattr(_numba, "_internal_compiler", lambda: None)
+    monkeypatch.setattr(_numba_compile, "internal_compiler", lambda: None)
     k = lp.from_numba(grid_reverse, SIGS["grid_reverse"][1], arch=ARCH)
     assert k.plan.cooperative is True and k.name.startswith("_ZN")
     assert [p.type for p in k.params] == EXPECTED_WORDS["grid_reverse"]

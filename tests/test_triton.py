@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import _driver, _tensordesc
+from launchpad import _driver, _tensordesc, _triton_cache, _triton_spec
 from launchpad import _triton as lpt
 from launchpad._binary import kernels_in_image
 from launchpad._checks import same_value
@@ -609,14 +609,14 @@ def test_clusters_multiply_the_grid_and_use_launch_ex(compiled, fake_gpu):
 
 def test_plans_of_other_triton_versions():
     base = {"num_warps": 4, "shared": 100, "target": {"backend": "cuda", "arch": 90, "warp_size": 32}}
-    assert lpt._plan({**base, "num_ctas": 16}).non_portable_cluster
+    assert _triton_spec.launch_plan({**base, "num_ctas": 16}).non_portable_cluster
     # Triton 3.4/3.5: the grid and the cluster come from cluster_dims
-    plan = lpt._plan({**base, "num_ctas": 2, "cluster_dims": [2, 1, 1], "triton_version": "3.5.0"})
+    plan = _triton_spec.launch_plan({**base, "num_ctas": 2, "cluster_dims": [2, 1, 1], "triton_version": "3.5.0"})
     assert (plan.grid_scale, plan.cluster, plan.cluster_spread) == ((2, 1, 1), (2, 1, 1), True)
-    plan = lpt._plan({**base, "num_ctas": 1, "cluster_dims": [1, 1, 1], "launch_cooperative_grid": True})
+    plan = _triton_spec.launch_plan({**base, "num_ctas": 1, "cluster_dims": [1, 1, 1], "launch_cooperative_grid": True})
     assert (plan.grid_scale, plan.cluster, plan.cooperative) == ((1, 1, 1), None, True)
     with pytest.raises(launchpad.LaunchpadError, match="cluster along y or z"):
-        lpt._plan({**base, "num_ctas": 2, "cluster_dims": [1, 2, 1]})
+        _triton_spec.launch_plan({**base, "num_ctas": 2, "cluster_dims": [1, 2, 1]})
 
 
 # --- cache folders and artifacts ------------------------------------------------------------------
@@ -792,16 +792,16 @@ def test_tensordesc_converter_entry_points_agree(compiled):
 
 
 def test_ttir_types():
-    assert lpt._ttir_type("!tt.ptr<f32>", "x") == "*fp32"
-    assert lpt._ttir_type("!tt.ptr<bf16, 1>", "x") == "*bf16"
-    assert lpt._ttir_type("!tt.ptr<i32>", "x") == "*void"  # i32 or u32: signless in MLIR
-    assert lpt._ttir_type("!tt.ptr<i1>", "x") == "*u1"
-    assert lpt._ttir_type("!tt.ptr<f8E4M3FN>", "x") == "*fp8e4nv"
-    assert lpt._ttir_type("i1", "x") == "u1" and lpt._ttir_type("i64", "x") == "i64"
-    assert lpt._ttir_type("!tt.tensordesc<tensor<64x32xbf16>>", "x") == "tensordesc<bf16[64, 32]>"  # up to 3.7
-    assert lpt._ttir_type("!tt.tensordesc<64x32xbf16>", "x") == "tensordesc<bf16[64, 32]>"  # 3.8+
+    assert _triton_cache.ttir_type("!tt.ptr<f32>", "x") == "*fp32"
+    assert _triton_cache.ttir_type("!tt.ptr<bf16, 1>", "x") == "*bf16"
+    assert _triton_cache.ttir_type("!tt.ptr<i32>", "x") == "*void"  # i32 or u32: signless in MLIR
+    assert _triton_cache.ttir_type("!tt.ptr<i1>", "x") == "*u1"
+    assert _triton_cache.ttir_type("!tt.ptr<f8E4M3FN>", "x") == "*fp8e4nv"
+    assert _triton_cache.ttir_type("i1", "x") == "u1" and _triton_cache.ttir_type("i64", "x") == "i64"
+    assert _triton_cache.ttir_type("!tt.tensordesc<tensor<64x32xbf16>>", "x") == "tensordesc<bf16[64, 32]>"  # up to 3.7
+    assert _triton_cache.ttir_type("!tt.tensordesc<64x32xbf16>", "x") == "tensordesc<bf16[64, 32]>"  # 3.8+
     with pytest.raises(launchpad.LaunchpadError, match=r"kernel 'k', argument 2: unsupported argument type 'f128'"):
-        lpt._ttir_type("f128", "kernel 'k', argument 2")
+        _triton_cache.ttir_type("f128", "kernel 'k', argument 2")
 
 
 @pytest.mark.skipif(VERSION < (3, 5), reason="Triton 3.4 is installed: every test here runs on its real cubins")
@@ -812,9 +812,9 @@ def test_triton_3_4_layout_one_scratch_pointer_and_wide_bools(compiled, fake_gpu
     c = compiled["rowsum"]
     md = {k: v for k, v in lpt._metadata_of(c).items() if not k.startswith("profile_scratch")}
     md["triton_version"] = "3.4.0"
-    leaves = [lpt._Leaf("x_ptr", (0,), "*fp32"), lpt._Leaf("out_ptr", (1,), "*fp32"), lpt._Leaf("flag", (2,), "u1"),
-              lpt._Leaf("N", (3,), "i32"), lpt._Leaf("extra", (4,), "*fp32")]  # fmt: skip
-    k = fake_gpu.install(launchpad.Kernel(lpt._build(c.asm["cubin"], md, leaves, "rowsum")))
+    leaves = [_triton_spec.Leaf("x_ptr", (0,), "*fp32"), _triton_spec.Leaf("out_ptr", (1,), "*fp32"), _triton_spec.Leaf("flag", (2,), "u1"),
+              _triton_spec.Leaf("N", (3,), "i32"), _triton_spec.Leaf("extra", (4,), "*fp32")]  # fmt: skip
+    k = fake_gpu.install(launchpad.Kernel(_triton_spec.build_spec(c.asm["cubin"], md, leaves, "rowsum")))
     assert [p.type for p in k.params] == ["*fp32", "*fp32", "u32", "i32", "*fp32", "*i8"]
     assert [a.name for a in k.args if a.kind == "scratch"] == ["global_scratch"]
     x, out = aligned(64), aligned(64)
@@ -832,9 +832,11 @@ def test_versions_outside_the_supported_range_are_refused(compiled):
             launchpad.UnsupportedVersion,
             match=rf"compiled by Triton {version}; launchpad launches kernels of Triton 3\.4 to 3\.9",
         ):
-            lpt._build(compiled["add"].asm["cubin"], {**md, "triton_version": version}, None, "add_kernel")
+            _triton_spec.build_spec(compiled["add"].asm["cubin"], {**md, "triton_version": version}, None, "add_kernel")
     with pytest.raises(launchpad.UnsupportedVersion, match=r"instrumentation_mode='gsan'.*launch it with Triton"):
-        lpt._build(compiled["add"].asm["cubin"], {**md, "instrumentation_mode": "gsan"}, None, "add_kernel")
+        _triton_spec.build_spec(
+            compiled["add"].asm["cubin"], {**md, "instrumentation_mode": "gsan"}, None, "add_kernel"
+        )
 
 
 def test_installed_triton_outside_the_range_is_refused(monkeypatch):
@@ -856,7 +858,7 @@ def _sm80_descriptor_kernel(compiled, version: str):
     c = compiled["host_desc_sm80"]
     md = {**lpt._metadata_of(c), "triton_version": version}
     leaves = lpt._source_leaves(c.src)
-    return launchpad.Kernel(lpt._build(c.asm["cubin"], md, leaves, "host_desc_kernel"))
+    return launchpad.Kernel(_triton_spec.build_spec(c.asm["cubin"], md, leaves, "host_desc_kernel"))
 
 
 @pytest.mark.parametrize(
@@ -958,11 +960,11 @@ def test_ttir_of_each_version_groups_tuples_and_descriptors():
         ("t", (1, 1), "fp32", False),
         ("d", (2,), "tensordesc<fp16[?, ?]>", False),
     ]
-    assert [(x.name, x.path, x.type, x.divisible) for x in lpt._ttir_leaves(old, "k", Convention((3, 6)))] == [
+    assert [(x.name, x.path, x.type, x.divisible) for x in _triton_cache.ttir_leaves(old, "k", Convention((3, 6)))] == [
         *expected,
         ("n", (3,), "i32", False),
     ]
-    assert [(x.name, x.path, x.type, x.divisible) for x in lpt._ttir_leaves(new, "k", Convention((3, 9)))] == [
+    assert [(x.name, x.path, x.type, x.divisible) for x in _triton_cache.ttir_leaves(new, "k", Convention((3, 9)))] == [
         *expected,
         ("e", (3,), "tensordesc<fp16[64, 64]>", False),
         ("n", (4,), "i32", False),
@@ -972,11 +974,11 @@ def test_ttir_of_each_version_groups_tuples_and_descriptors():
 def test_profile_scratch_is_zero_filled_from_3_8(compiled):
     md = lpt._metadata_of(compiled["add"])
     for version, zero in (("3.6.0", False), ("3.7.1", False), ("3.8.0", True), ("3.9.0", True)):
-        arg = lpt._scratch_arg(
+        arg = _triton_spec._scratch_arg(
             {**md, "triton_version": version, "profile_scratch_size": 64},
             "profile",
             4,
-            lpt.convention({**md, "triton_version": version}),
+            _triton_spec.convention({**md, "triton_version": version}),
         )
         assert arg.options == {
             "size": 64,
@@ -988,4 +990,4 @@ def test_profile_scratch_is_zero_filled_from_3_8(compiled):
 def test_oversized_shared_memory_mode_from_3_8(compiled):
     md = lpt._metadata_of(compiled["matmul"])
     for version, oversized in (("3.6.0", False), ("3.7.1", False), ("3.8.0", True), ("3.9.0", True)):
-        assert lpt._plan({**md, "triton_version": version}).oversized_shared is oversized
+        assert _triton_spec.launch_plan({**md, "triton_version": version}).oversized_shared is oversized

@@ -214,6 +214,15 @@ int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObjec
 int lp_small_int(PyObject *obj, long lo, long hi, long *out);
 
 /* launcher.c: launch with grid, block and args already split out; a new reference or NULL. */
+/* plan.c: building a Launcher from its plan, and its lifetime */
+PyObject *lp_launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs);
+int lp_launcher_traverse(Launcher *self, visitproc visit, void *arg);
+int lp_launcher_clear(Launcher *self);
+void lp_launcher_dealloc(Launcher *self);
+/* launcher.c: the Launcher's vectorcall; configured.c: Launcher.configure */
+PyObject *lp_launcher_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+PyObject *lp_configure(Launcher *self, PyObject *args);
+
 PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *stream, PyObject *shared_mem);
 /* launcher.c: hand a call to the Python executor (kw names and values follow the positional ones). */

@@ -2,8 +2,8 @@
  *
  * ``launcher(grid, block, *args, stream=None, shared_mem=None)`` launches, or hands the call to
  * the Python executor. ``launcher.configure(grid, block, stream, shared_mem)`` returns the
- * ``kernel[grid, block]`` callable (a Configured, below) that does the same without re-reading
- * its configuration.
+ * ``kernel[grid, block]`` callable (a Configured, configured.c) that does the same without
+ * re-reading its configuration. How a Launcher is built from its plan: plan.c.
  */
 #include "claunch.h"
 
@@ -12,246 +12,6 @@
 
 static const unsigned int MAX_GRID[3] = {2147483647u, 65535u, 65535u};
 static const unsigned int MAX_BLOCK[3] = {1024u, 1024u, 64u};
-
-/* --- construction ----------------------------------------------------------------------------- */
-
-static int parse_slots(PyObject *seq, Op *op) {
-    if (!PyTuple_Check(seq)) {
-        PyErr_SetString(PyExc_TypeError, "slots must be a tuple");
-        return -1;
-    }
-    op->nslots = PyTuple_GET_SIZE(seq);
-    op->slots = PyMem_Calloc(op->nslots ? op->nslots : 1, sizeof(Slot));
-    if (op->slots == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < op->nslots; i++) {
-        unsigned int offset, size, kind;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "III", &offset, &size, &kind)) return -1;
-        if (kind > SK_UNTYPED || size == 0 || size > 4096) {
-            PyErr_Format(PyExc_ValueError, "bad slot (%u, %u, %u)", offset, size, kind);
-            return -1;
-        }
-        op->slots[i] = (Slot){offset, size, (uint8_t)kind};
-    }
-    return 0;
-}
-
-/* (kind, position, sub, slots, dtype, align, multiple_of, size, ndim, layout, flags, obj, arg) */
-static int parse_op(PyObject *t, Op *op) {
-    int kind, position, ndim, flags;
-    unsigned int dtype;
-    long long align, multiple_of, size;
-    PyObject *sub, *slots, *obj, *arg;
-    const char *layout;
-    if (!PyArg_ParseTuple(t, "iiOOILLLisiOO", &kind, &position, &sub, &slots, &dtype, &align, &multiple_of, &size,
-                          &ndim, &layout, &flags, &obj, &arg))
-        return -1;
-    if (kind < OP_VALUE || kind > OP_EXPAND || position < 0 || position > 65535 || !PyTuple_Check(sub) ||
-        PyTuple_GET_SIZE(sub) > LP_MAX_DEPTH || ndim < 0 || ndim > 32) {
-        PyErr_SetString(PyExc_ValueError, "bad launch plan operation");
-        return -1;
-    }
-    op->kind = (uint8_t)kind;
-    op->position = (uint16_t)position;
-    op->depth = (uint8_t)PyTuple_GET_SIZE(sub);
-    for (int i = 0; i < op->depth; i++) {
-        long k = PyLong_AsLong(PyTuple_GET_ITEM(sub, i));
-        if (k < 0 || k > 65535) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad tuple index in a launch plan");
-            return -1;
-        }
-        op->sub[i] = (uint16_t)k;
-    }
-    op->dtype = dtype;
-    op->align = align;
-    op->multiple_of = multiple_of;
-    op->size = size;
-    op->ndim = ndim;
-    op->layout = layout[0];
-    op->flags = flags;
-    op->obj = Py_NewRef(obj);
-    op->arg = Py_NewRef(arg);
-    if (parse_slots(slots, op) < 0) return -1;
-    Py_ssize_t needed = kind == OP_VALUE || kind == OP_SCRATCH ? 1 : kind == OP_NUMBA_ARRAY ? 5 + 2 * ndim : -1;
-    if (kind != OP_CONST && needed >= 0 && op->nslots != needed) {
-        PyErr_SetString(PyExc_ValueError, "a launch plan operation has the wrong number of slots");
-        return -1;
-    }
-    return 0;
-}
-
-static int parse_dims(PyObject *obj, int out[3], const char *what) {
-    out[0] = out[1] = out[2] = 0;
-    if (obj == Py_None) return 0;
-    if (!PyArg_ParseTuple(obj, "iii", &out[0], &out[1], &out[2])) return -1;
-    if (out[0] < 1 || out[1] < 1 || out[2] < 1) {
-        PyErr_Format(PyExc_ValueError, "bad %s in a launch plan", what);
-        return -1;
-    }
-    return 0;
-}
-
-static void Launcher_clear_ops(Launcher *self) {
-    for (Py_ssize_t i = 0; i < self->nops; i++) {
-        PyMem_Free(self->ops[i].slots);
-        Py_CLEAR(self->ops[i].obj);
-        Py_CLEAR(self->ops[i].arg);
-    }
-    PyMem_Free(self->ops);
-    self->ops = NULL;
-    self->nops = 0;
-}
-
-static PyObject *Launcher_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames);
-
-static PyObject *Launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
-    PyObject *ops, *offsets, *plan, *entries, *entry_fn, *python_launch, *get_device, *get_stream, *scratch_fn;
-    PyObject *same_value, *coresident, *ctx, *hooks, *tensor_types;
-    Py_ssize_t buffer_size, nargs_min, nargs_max;
-    if (kw != NULL && PyDict_GET_SIZE(kw)) {
-        PyErr_SetString(PyExc_TypeError, "Launcher takes positional arguments only");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(a, "O!O!nnnO!O!OOOOOOOOOO!", &PyTuple_Type, &ops, &PyTuple_Type, &offsets, &buffer_size,
-                          &nargs_min, &nargs_max, &PyTuple_Type, &plan, &PyDict_Type, &entries, &entry_fn,
-                          &python_launch, &get_device, &get_stream, &scratch_fn, &same_value, &coresident, &ctx,
-                          &hooks, &PyTuple_Type, &tensor_types))
-        return NULL;
-    Launcher *self = (Launcher *)type->tp_alloc(type, 0);
-    if (self == NULL) return NULL;
-    self->vectorcall = Launcher_vectorcall;
-    self->entries = Py_NewRef(entries);
-    self->entry_fn = Py_NewRef(entry_fn);
-    self->python_launch = Py_NewRef(python_launch);
-    self->get_device = Py_NewRef(get_device);
-    self->get_stream = get_stream == Py_None ? NULL : Py_NewRef(get_stream);
-    self->scratch_fn = Py_NewRef(scratch_fn);
-    self->same_value = Py_NewRef(same_value);
-    self->coresident = Py_NewRef(coresident);
-    self->ctx = Py_NewRef(ctx);
-    if (hooks != Py_None) {
-        PyObject *dict, *hook_names, *hook_calls;
-        if (!PyArg_ParseTuple(hooks, "O!O!O!", &PyDict_Type, &dict, &PyTuple_Type, &hook_names, &PyTuple_Type,
-                              &hook_calls) ||
-            PyTuple_GET_SIZE(hook_names) != PyTuple_GET_SIZE(hook_calls))
-            goto fail_hooks;
-        self->hooks_dict = Py_NewRef(dict);
-        self->hook_names = Py_NewRef(hook_names);
-        self->hook_calls = Py_NewRef(hook_calls);
-    }
-    self->tensor_types = Py_NewRef(tensor_types);
-    self->api = PyTuple_GET_SIZE(tensor_types) ? lp_exchange_api(PyTuple_GET_ITEM(tensor_types, 0)) : NULL;
-    if (self->api == NULL && self->get_stream == NULL) {
-        PyErr_SetString(PyExc_ValueError, "a Launcher without the DLPack exchange API needs get_stream");
-        goto fail;
-    }
-    self->buffer_size = buffer_size;
-    self->nargs_min = nargs_min;
-    self->nargs_max = nargs_max;
-    if (buffer_size < 0 || buffer_size > 65536 || nargs_min < 0 || nargs_max < nargs_min) {
-        PyErr_SetString(PyExc_ValueError, "bad launch plan sizes");
-        goto fail;
-    }
-    self->nparams = PyTuple_GET_SIZE(offsets);
-    self->offsets = PyMem_Calloc(self->nparams ? self->nparams : 1, sizeof(uint32_t));
-    if (self->offsets == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    for (Py_ssize_t i = 0; i < self->nparams; i++) {
-        long v = PyLong_AsLong(PyTuple_GET_ITEM(offsets, i));
-        if (v < 0 || v >= buffer_size) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a parameter offset is outside the buffer");
-            goto fail;
-        }
-        self->offsets[i] = (uint32_t)v;
-    }
-    PyObject *block, *scale, *cluster;
-    if (!PyArg_ParseTuple(plan, "OiOOpppp", &block, &self->shared_default, &scale, &cluster, &self->spread,
-                          &self->cooperative, &self->pdl, &self->oversized) ||
-        parse_dims(block, self->fixed_block, "block") < 0 || parse_dims(scale, self->scale, "grid scale") < 0 ||
-        parse_dims(cluster, self->cluster, "cluster") < 0)
-        goto fail;
-    if (self->scale[0] == 0) self->scale[0] = self->scale[1] = self->scale[2] = 1;
-    self->nops = 0;
-    self->ops = PyMem_Calloc(PyTuple_GET_SIZE(ops) ? PyTuple_GET_SIZE(ops) : 1, sizeof(Op));
-    if (self->ops == NULL) {
-        PyErr_NoMemory();
-        goto fail;
-    }
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ops); i++) {
-        self->nops = i + 1;
-        if (parse_op(PyTuple_GET_ITEM(ops, i), &self->ops[i]) < 0) goto fail;
-        for (Py_ssize_t k = 0; k < self->ops[i].nslots; k++) {
-            const Slot *s = &self->ops[i].slots[k];
-            if ((Py_ssize_t)s->offset + s->size > buffer_size) {
-                PyErr_SetString(PyExc_ValueError, "a slot lies outside the parameter buffer");
-                goto fail;
-            }
-        }
-    }
-    return (PyObject *)self;
-fail_hooks:
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "hooks must be (dict, names, calls lists)");
-fail:
-    Py_DECREF(self);
-    return NULL;
-}
-
-static int Launcher_traverse(Launcher *self, visitproc visit, void *arg) {
-    Py_VISIT(self->entries);
-    Py_VISIT(self->entry_fn);
-    Py_VISIT(self->python_launch);
-    Py_VISIT(self->get_device);
-    Py_VISIT(self->get_stream);
-    Py_VISIT(self->scratch_fn);
-    Py_VISIT(self->same_value);
-    Py_VISIT(self->coresident);
-    Py_VISIT(self->ctx);
-    Py_VISIT(self->hooks_dict);
-    Py_VISIT(self->hook_names);
-    Py_VISIT(self->hook_calls);
-    Py_VISIT(self->tensor_types);
-    Py_VISIT(self->entry);
-    for (Py_ssize_t i = 0; i < self->nops; i++) {
-        Py_VISIT(self->ops[i].obj);
-        Py_VISIT(self->ops[i].arg);
-    }
-    return 0;
-}
-
-static int Launcher_clear(Launcher *self) {
-    Py_CLEAR(self->entries);
-    Py_CLEAR(self->entry_fn);
-    Py_CLEAR(self->python_launch);
-    Py_CLEAR(self->get_device);
-    Py_CLEAR(self->get_stream);
-    Py_CLEAR(self->scratch_fn);
-    Py_CLEAR(self->same_value);
-    Py_CLEAR(self->coresident);
-    Py_CLEAR(self->ctx);
-    Py_CLEAR(self->hooks_dict);
-    Py_CLEAR(self->hook_names);
-    Py_CLEAR(self->hook_calls);
-    Py_CLEAR(self->tensor_types);
-    Py_CLEAR(self->entry);
-    for (Py_ssize_t i = 0; i < self->nops; i++) {
-        Py_CLEAR(self->ops[i].obj);
-        Py_CLEAR(self->ops[i].arg);
-    }
-    return 0;
-}
-
-static void Launcher_dealloc(Launcher *self) {
-    PyObject_GC_UnTrack(self);
-    if (self->weakreflist != NULL) PyObject_ClearWeakRefs((PyObject *)self);
-    Launcher_clear(self);
-    Launcher_clear_ops(self);
-    PyMem_Free(self->offsets);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
 
 /* --- one launch ------------------------------------------------------------------------------- */
 
@@ -543,7 +303,7 @@ out:
     return NULL;
 }
 
-static PyObject *Launcher_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+PyObject *lp_launcher_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Launcher *self = (Launcher *)o;
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     PyObject *stream = NULL, *shared_mem = NULL;
@@ -564,97 +324,6 @@ python:
     return PyObject_Vectorcall(self->python_launch, args, n, kwnames);
 }
 
-/* --- kernel[grid, block]: a launch with its configuration fixed ------------------------------- */
-
-typedef struct {
-    PyObject_HEAD
-    vectorcallfunc vectorcall;
-    Launcher *launcher;
-    PyObject *grid, *block, *stream, *shared_mem;  /* stream and shared_mem may be NULL */
-} Configured;
-
-static PyObject *Configured_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
-    Configured *self = (Configured *)o;
-    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-    if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0)
-        return lp_launch(self->launcher, self->grid, self->block, args, n, self->stream, self->shared_mem);
-    /* keywords: the Python executor, with the configuration's options added */
-    PyObject *kw = PyDict_New();
-    PyObject *pos = PyTuple_New(n + 2);
-    PyObject *r = NULL;
-    if (kw == NULL || pos == NULL) goto out;
-    PyTuple_SET_ITEM(pos, 0, Py_NewRef(self->grid));
-    PyTuple_SET_ITEM(pos, 1, Py_NewRef(self->block));
-    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(pos, i + 2, Py_NewRef(args[i]));
-    if ((self->stream && PyDict_SetItem(kw, lp_str_stream, self->stream) < 0) ||
-        (self->shared_mem && PyDict_SetItem(kw, lp_str_shared_mem, self->shared_mem) < 0))
-        goto out;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
-        if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) goto out;
-    r = PyObject_Call(self->launcher->python_launch, pos, kw);
-out:
-    Py_XDECREF(kw);
-    Py_XDECREF(pos);
-    return r;
-}
-
-static int Configured_traverse(Configured *self, visitproc visit, void *arg) {
-    Py_VISIT(self->launcher);
-    Py_VISIT(self->grid);
-    Py_VISIT(self->block);
-    Py_VISIT(self->stream);
-    Py_VISIT(self->shared_mem);
-    return 0;
-}
-
-static int Configured_clear(Configured *self) {
-    Py_CLEAR(self->launcher);
-    Py_CLEAR(self->grid);
-    Py_CLEAR(self->block);
-    Py_CLEAR(self->stream);
-    Py_CLEAR(self->shared_mem);
-    return 0;
-}
-
-static void Configured_dealloc(Configured *self) {
-    PyObject_GC_UnTrack(self);
-    Configured_clear(self);
-    Py_TYPE(self)->tp_free((PyObject *)self);
-}
-
-static PyObject *Configured_repr(Configured *self) {
-    return PyUnicode_FromFormat("<launchpad launch with grid %R, block %R>", self->grid, self->block);
-}
-
-PyTypeObject Configured_Type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "launchpad._claunch.Configured",
-    .tp_basicsize = sizeof(Configured),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "kernel[grid, block]: a launch whose configuration is fixed; call it with the kernel's arguments.",
-    .tp_vectorcall_offset = offsetof(Configured, vectorcall),
-    .tp_call = PyVectorcall_Call,
-    .tp_traverse = (traverseproc)Configured_traverse,
-    .tp_clear = (inquiry)Configured_clear,
-    .tp_dealloc = (destructor)Configured_dealloc,
-    .tp_repr = (reprfunc)Configured_repr,
-};
-
-static PyObject *Launcher_configure(Launcher *self, PyObject *args) {
-    PyObject *grid, *block, *stream, *shared_mem;
-    if (!PyArg_ParseTuple(args, "OOOO", &grid, &block, &stream, &shared_mem)) return NULL;
-    Configured *c = PyObject_GC_New(Configured, &Configured_Type);
-    if (c == NULL) return NULL;
-    c->vectorcall = Configured_vectorcall;
-    c->launcher = (Launcher *)Py_NewRef(self);
-    c->grid = Py_NewRef(grid);
-    c->block = Py_NewRef(block);
-    c->stream = stream == Py_None ? NULL : Py_NewRef(stream);
-    c->shared_mem = shared_mem == Py_None ? NULL : Py_NewRef(shared_mem);
-    PyObject_GC_Track(c);
-    return (PyObject *)c;
-}
-
 static PyObject *Launcher_forget(Launcher *self, PyObject *unused) {
     (void)unused;
     Py_CLEAR(self->entry);  /* the module it holds is unloaded once nothing else holds it */
@@ -664,7 +333,7 @@ static PyObject *Launcher_forget(Launcher *self, PyObject *unused) {
 static PyMethodDef Launcher_methods[] = {
     {"forget", (PyCFunction)Launcher_forget, METH_NOARGS,
      "forget(): drop the entry kept from the last launch (Kernel.close)."},
-    {"configure", (PyCFunction)Launcher_configure, METH_VARARGS,
+    {"configure", (PyCFunction)lp_configure, METH_VARARGS,
      "configure(grid, block, stream, shared_mem): the kernel[grid, block] callable (None: not given)."},
     {NULL, NULL, 0, NULL},
 };
@@ -685,12 +354,12 @@ PyTypeObject Launcher_Type = {
     .tp_basicsize = sizeof(Launcher),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "A kernel's compiled launch: launcher(grid, block, *args, stream=None, shared_mem=None).",
-    .tp_new = Launcher_new,
+    .tp_new = lp_launcher_new,
     .tp_vectorcall_offset = offsetof(Launcher, vectorcall),
     .tp_call = PyVectorcall_Call,
-    .tp_traverse = (traverseproc)Launcher_traverse,
-    .tp_clear = (inquiry)Launcher_clear,
-    .tp_dealloc = (destructor)Launcher_dealloc,
+    .tp_traverse = (traverseproc)lp_launcher_traverse,
+    .tp_clear = (inquiry)lp_launcher_clear,
+    .tp_dealloc = (destructor)lp_launcher_dealloc,
     .tp_weaklistoffset = offsetof(Launcher, weakreflist),
     .tp_methods = Launcher_methods,
     .tp_getset = Launcher_getset,

@@ -24,7 +24,7 @@ import launchpad
 
 from .context import CPP_NAME, CPP_SOURCE, CFloor, Context
 from .harness import Timed
-from .launchers import _ptr
+from .launchers import pointer_value
 
 ROUNDS, BATCH = 40, 400
 
@@ -82,7 +82,7 @@ def main() -> int:
     k = launchpad.compile_cuda(CPP_SOURCE, CPP_NAME)
     empty = launchpad.compile_cuda('extern "C" __global__ void empty() {}', "empty")
     floor = CFloor(ctx.device)
-    batch = floor.launcher(floor.load(k), 1, 1024, [_ptr(x), _ptr(y), ctypes.c_int32(n)], ctx.stream)
+    batch = floor.launcher(floor.load(k), 1, 1024, [pointer_value(x), pointer_value(y), ctypes.c_int32(n)], ctx.stream)
     bound = k.bind(1, 1024, x, y, n)
     t = ctx.triton()
     tri = launchpad.from_triton(t.compiled)

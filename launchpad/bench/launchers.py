@@ -23,7 +23,6 @@ from .context import (
     CPP_NAME,
     CPP_SOURCE,
     NUMBA_SIGNATURE,
-    SWEEP_N,
     TRITON_BLOCK,
     Context,
     N,
@@ -31,7 +30,7 @@ from .context import (
 from .harness import Entry, Missing, Timed, describe
 
 
-def _ptr(t: Any) -> ctypes.c_uint64:
+def pointer_value(t: Any) -> ctypes.c_uint64:
     return ctypes.c_uint64(t.data_ptr())
 
 
@@ -41,7 +40,9 @@ def _ptr(t: Any) -> ctypes.c_uint64:
 def c_floor(ctx: Context) -> Timed:
     floor, k = ctx.cfloor(), ctx.cpp()
     function = floor.load(k)
-    batch = floor.launcher(function, 1, N, [_ptr(ctx.x), _ptr(ctx.y), ctypes.c_int32(ctx.n)], ctx.stream)
+    batch = floor.launcher(
+        function, 1, N, [pointer_value(ctx.x), pointer_value(ctx.y), ctypes.c_int32(ctx.n)], ctx.stream
+    )
     ctx.verify(lambda: batch(1))
     return Timed(batch=batch, note=f"cuLaunchKernel in a C loop ({floor.compiler}), same cubin, prepacked params")
 
@@ -96,7 +97,7 @@ def lp_bound(ctx: Context) -> Timed:
     return Timed(bound, note="bound = k.bind(1, 1024, x, y, n); bound()  (C++ kernel)")
 
 
-def _python_executor(kernel: Any) -> Any:
+def python_executor(kernel: Any) -> Any:
     """The same kernel launched by the Python executor (the compiled one's fallback)."""
     import launchpad
 
@@ -106,7 +107,7 @@ def _python_executor(kernel: Any) -> Any:
 def lp_triton_py(ctx: Context) -> Timed:
     import launchpad
 
-    k = _python_executor(launchpad.from_triton(ctx.triton().compiled))
+    k = python_executor(launchpad.from_triton(ctx.triton().compiled))
     args = (ctx.x, ctx.y, ctx.n)
     call = lambda: k.launch(1, None, *args)
     ctx.verify(call)
@@ -114,20 +115,20 @@ def lp_triton_py(ctx: Context) -> Timed:
 
 
 def lp_cpp_py(ctx: Context) -> Timed:
-    k, x, y, n = _python_executor(ctx.cpp()), ctx.x, ctx.y, ctx.n
+    k, x, y, n = python_executor(ctx.cpp()), ctx.x, ctx.y, ctx.n
     call = lambda: k.launch(1, 1024, x, y, n)
     ctx.verify(call)
     return Timed(call, note="k.launch(1, 1024, x, y, n) through the Python executor")
 
 
 def lp_bound_py(ctx: Context) -> Timed:
-    bound = _python_executor(ctx.cpp()).bind(1, 1024, ctx.x, ctx.y, ctx.n)
+    bound = python_executor(ctx.cpp()).bind(1, 1024, ctx.x, ctx.y, ctx.n)
     ctx.verify(bound)
     return Timed(bound, note="bound() through the Python executor (cuda.bindings cuLaunchKernel)")
 
 
 def lp_numba_getitem_py(ctx: Context) -> Timed:
-    k, x, y, n = _python_executor(ctx.lp_numba()), ctx.x, ctx.y, ctx.n
+    k, x, y, n = python_executor(ctx.lp_numba()), ctx.x, ctx.y, ctx.n
     call = lambda: k[1, 1024](x, y, n)
     ctx.verify(call)
     return Timed(call, note="k[1, 1024](x, y, n) through the Python executor")
@@ -251,7 +252,7 @@ def triton_compiled(ctx: Context) -> Timed:
     return Timed(call, note="compiled[(1, 1, 1)](x, y, n, 1024)  (CompiledKernel.__getitem__ per call)")
 
 
-def _triton_bare_call(t: SimpleNamespace, args: tuple[Any, ...]) -> Callable[[], None]:
+def triton_bare_call(t: SimpleNamespace, args: tuple[Any, ...]) -> Callable[[], None]:
     """Triton's launcher called exactly as ``JITFunction.run`` and ``CompiledKernel[grid]`` call it
     (triton/compiler/compiler.py, 3.6), with what they look up per call looked up once."""
     compiled = t.compiled
@@ -266,7 +267,7 @@ def _triton_bare_call(t: SimpleNamespace, args: tuple[Any, ...]) -> Callable[[],
 
 
 def triton_bare(ctx: Context) -> Timed:
-    call = _triton_bare_call(ctx.triton(), (ctx.x, ctx.y, ctx.n, TRITON_BLOCK))
+    call = triton_bare_call(ctx.triton(), (ctx.x, ctx.y, ctx.n, TRITON_BLOCK))
     ctx.verify(call)
     return Timed(call, note="compiled.run(1, 1, 1, stream, function, packed_metadata, None, None, None, x, y, n, 1024)")
 
@@ -375,85 +376,4 @@ LAUNCHERS: list[Entry] = [
 ]
 
 
-# --- argument-count sweep ------------------------------------------------------------------------
-
-
-def sweep_entries(k: int) -> list[Entry]:
-    """The launchers of sweep point k (k pointer arguments plus ``n``), keyed like :data:`LAUNCHERS`."""
-
-    def floor(ctx: Context) -> Timed:
-        s, cpp, fl = ctx.sweep(k), ctx.sweep_cpp(k), ctx.cfloor()
-        function = fl.load(cpp)
-        batch = fl.launcher(function, 1, SWEEP_N, [*map(_ptr, s.ptrs), ctypes.c_int32(SWEEP_N)], ctx.stream)
-        ctx.verify(lambda: batch(1), reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(batch=batch)
-
-    def cpp(ctx: Context) -> Timed:
-        s, kernel = ctx.sweep(k), ctx.sweep_cpp(k)
-        args = (*s.ptrs, SWEEP_N)
-        call = lambda: kernel.launch(1, SWEEP_N, *args)
-        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(call)
-
-    def lp_tri(ctx: Context) -> Timed:
-        import launchpad
-
-        s, t = ctx.sweep(k), ctx.sweep_triton(k)
-        kernel = launchpad.from_triton(t.compiled)
-        args = (*s.ptrs, SWEEP_N)
-        call = lambda: kernel.launch(1, None, *args)
-        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(call)
-
-    def lp_tl(ctx: Context) -> Timed:
-        import launchpad
-
-        s, t = ctx.sweep(k), ctx.sweep_triton(k)
-        launcher, grid, args = launchpad.triton_launcher(t.fn), (1,), (*s.ptrs, SWEEP_N)
-        call = lambda: launcher[grid](*args, BLOCK=SWEEP_N)
-        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(call)
-
-    def jit(ctx: Context) -> Timed:
-        s, t = ctx.sweep(k), ctx.sweep_triton(k)
-        fn, grid, args = t.fn, (1,), (*s.ptrs, SWEEP_N)
-        call = lambda: fn[grid](*args, BLOCK=SWEEP_N)
-        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(call)
-
-    def bare(ctx: Context) -> Timed:
-        s, t = ctx.sweep(k), ctx.sweep_triton(k)
-        call = _triton_bare_call(t, (*s.ptrs, SWEEP_N, SWEEP_N))
-        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(call)
-
-    def core(ctx: Context) -> Timed:
-        s, cpp, cc = ctx.sweep(k), ctx.sweep_cpp(k), ctx.cuda_core()
-        kernel = cc.ObjectCode.from_cubin(cpp.image).get_kernel(cpp.name)
-        config = cc.LaunchConfig(grid=1, block=SWEEP_N)
-        launch, stream, ptrs, n32 = cc.launch, cc.stream, s.ptrs, np.int32(SWEEP_N)
-        call = lambda: launch(stream, config, kernel, *[p.data_ptr() for p in ptrs], n32)
-        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(call)
-
-    def cpp_py(ctx: Context) -> Timed:
-        s, kernel = ctx.sweep(k), _python_executor(ctx.sweep_cpp(k))
-        args = (*s.ptrs, SWEEP_N)
-        call = lambda: kernel.launch(1, SWEEP_N, *args)
-        ctx.verify(call, reset=s.reset, read=s.read, expected=s.expected)
-        return Timed(call)
-
-    return [
-        Entry("c_floor", "C loop calling cuLaunchKernel (the floor)", "floor", floor),
-        Entry("lp_cpp", "launchpad Kernel.launch, C++", "launchpad", cpp),
-        Entry("lp_cpp_py", "launchpad Kernel.launch, C++, Python executor", "launchpad", cpp_py),
-        Entry("lp_triton", "launchpad Kernel.launch, Triton cubin", "launchpad", lp_tri),
-        Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_tl),
-        Entry("triton_jit", "Triton fn[grid](...)", "peer", jit),
-        Entry("triton_bare", "Triton bare launcher compiled.run(...)", "peer", bare),
-        Entry("cuda_core", "cuda.core launch(...)", "peer", core),
-    ]
-
-
-SWEEP_KEYS = [e.key for e in sweep_entries(1)]
 LAUNCH_KEYS = [e.key for e in LAUNCHERS]

@@ -24,20 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from . import harness
-from .harness import (
-    LAUNCH_HEADER,
-    add_ratios,
-    format_table,
-    launch_rows,
-    markdown_table,
-    measure,
-    measure_e2e,
-    record_e2e,
-    record_samples,
-    set_up,
-    write_json,
-    write_png,
-)
+from .harness import add_ratios, measure, measure_e2e, record_e2e, record_samples, set_up
+from .report import LAUNCH_HEADER, format_table, launch_rows, markdown_table, ratio_text, us, write_json, write_png
 from .targets import evaluate
 
 SCHEMA = "launchpad.bench/1"
@@ -163,7 +151,7 @@ def sweep_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[
     import torch
 
     from .context import SWEEP_N
-    from .launchers import sweep_entries
+    from .sweep import sweep_entries
 
     sync = torch.cuda.synchronize
     merged: dict[str, dict[str, Any]] = {}
@@ -219,7 +207,7 @@ def sweep_table(sweep: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
                 row.append("")
             elif p.get("status") == "ok" and p.get("stats", {}).get("n"):
                 ratio = (p.get("ratio") or {}).get("median")
-                row.append(f"{harness.us(p['stats']['median'])} ({harness.ratio_text(ratio) or '?'})")
+                row.append(f"{us(p['stats']['median'])} ({ratio_text(ratio) or '?'})")
             else:
                 row.append(p.get("status", "missing"))
         rows.append(row)
