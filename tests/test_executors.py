@@ -246,3 +246,28 @@ def test_no_growth_in_references_or_memory_over_many_launches(specs, monkeypatch
     tracemalloc.stop()
     assert [sys.getrefcount(o) for o in objects] == refs
     assert grown < 64 * 1024, f"{grown} bytes more after 80000 launches"
+
+
+def test_tracebacks_show_the_generated_launch_functions_lines(fake_gpu):
+    """The Python executor's generated function has a linecache entry and the kernel's own parameter
+    names, so a traceback (or pdb) shows the line that refused an argument."""
+    import linecache
+    import traceback
+
+    pytest.importorskip("numba.cuda")
+
+    def scale(out, alpha, n):
+        pass
+
+    k = fake_gpu.install(lp.from_numba(scale, "void(float32[::1], float32, int32)", arch=90))
+    try:
+        k._executor.python.launch(1, 4, torch.rand(4), 1.0, 2**40)
+    except lp.ArgumentError as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+    else:
+        raise AssertionError("no error")
+    generated = [f for f in frames if f.filename.startswith("<launchpad scale #")]
+    assert generated and all(f.line for f in generated), [f.filename for f in frames]  # lines to show
+    source = "".join(linecache.getlines(generated[0].filename))
+    assert source.startswith("def launch(grid, block, out=_M, alpha=_M, n=_M,")  # the kernel's own names
+    assert any("n" in f.line for f in generated)  # the refused argument's line

@@ -1,0 +1,54 @@
+"""The documentation's examples run: every ```python block of each page in docs/, in order, in one
+namespace per page (a page reads as one session). Blocks whose first line is ``# needs a GPU`` run
+only where there is one (the ``gpu`` test of the page); the others run everywhere."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+PAGES = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
+NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda"}  # pages whose examples need a front end
+HAS_GPU = torch.cuda.is_available()
+
+
+def blocks(page: Path) -> list[tuple[bool, str]]:
+    """``(needs_gpu, source)`` of each python block."""
+    found = re.findall(r"^```python\n(.*?)^```", page.read_text(), re.M | re.S)
+    return [(code.startswith("# needs a GPU"), code) for code in found]
+
+
+def run(page: Path, gpu: bool) -> None:
+    if page.name in NEEDS:
+        pytest.importorskip(NEEDS[page.name])
+    namespace: dict = {"__name__": f"docs_{page.stem}"}
+    for i, (needs_gpu, code) in enumerate(blocks(page)):
+        if needs_gpu and not gpu:
+            continue
+        exec(compile(code, f"{page.name} block {i + 1}", "exec"), namespace)
+
+
+def test_docs_exist_with_examples():
+    assert DOCS.is_dir(), "docs/ is not next to tests/"
+    names = {p.name for p in PAGES}
+    assert {"index.md", "cpp.md", "triton.md", "numba.md", "pytorch.md", "errors.md", "benchmarks.md",
+            "versions.md", "api.md"} <= names  # fmt: skip
+    with_code = [p.name for p in PAGES if blocks(p)]
+    assert {"index.md", "cpp.md", "triton.md", "numba.md", "pytorch.md", "errors.md"} <= set(with_code)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_examples_run_without_a_gpu(page, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path / "cache"))
+    run(page, gpu=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("page", [p for p in PAGES if any(g for g, _ in blocks(p))], ids=lambda p: p.stem)
+def test_examples_run_on_a_gpu(page, tmp_path, monkeypatch):
+    monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path / "cache"))
+    run(page, gpu=True)
