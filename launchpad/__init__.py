@@ -39,7 +39,7 @@ from .kernel import Kernel, from_image, load_cubin
 # Converters for arguments that expand into several parameters, and launch hooks, register on import.
 from . import _numba_args, _tensordesc, _triton_hooks  # noqa: F401
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 # Param, Arg and LaunchPlan (the parts of a KernelSpec) stay importable from here; the names
 # below are what a user calls or catches.

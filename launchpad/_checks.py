@@ -70,6 +70,8 @@ class Context:
         what = f"argument {arg.path[0]}{loc}" if arg.path else "argument"
         if arg.name:
             what += f" ({arg.name!r})"
+        if p is not None and p.name and p.name == arg.name:  # a C++ parameter: its name said once
+            return f"kernel {self.kernel_name!r}, {what}, param {p.index}" + (f" ({p.type})" if p.type else "")
         return f"kernel {self.kernel_name!r}, {what}" + (f", {p.label}" if p is not None else "")
 
     def error(self, arg: Arg, message: str, cls: type[Exception] = ArgumentError) -> Exception:

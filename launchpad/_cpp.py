@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _cache, _driver
-from ._demangle import PROBE, PROBE_SOURCE, kernel_parameter_types, probe_expression, type_word
+from ._demangle import PROBE, PROBE_SOURCE, kernel_parameter_types, parameter_names, probe_expression, type_word
 from ._spec import KernelSpec
 from ._types import type_size
 from .errors import BinaryError, CompileError
@@ -227,7 +227,7 @@ def compile_cuda_module(
                                metadata={"frontend": "cpp", "arch": arch})  # fmt: skip
         if signatures.get(name) is None and probed:
             spec = _typed_by_compiler(spec, symbols.get(probe_expression(name)))
-        kernels[name] = Kernel(spec)
+        kernels[name] = Kernel(_named_from_source(spec, source, name))
     return kernels
 
 
@@ -262,6 +262,16 @@ def _typed_by_compiler(spec: KernelSpec, lowered: str | None) -> KernelSpec:
         params.append(p)
     metadata = {**spec.metadata, "parameter_types": [str(t) for t in types]}
     return spec.replace(params=tuple(params), args=(), metadata=metadata)
+
+
+def _named_from_source(spec: KernelSpec, source: str, expression: str) -> KernelSpec:
+    """The spec with its parameters named as the kernel's declaration names them (so errors and
+    ``torch_op`` say ``'n'``, not ``param 3``); unchanged where the source does not tell."""
+    names = parameter_names(source, expression, len(spec.params))
+    if names is None:
+        return spec
+    params = tuple(replace(p, name=n) for p, n in zip(spec.params, names))
+    return spec.replace(params=params, args=())
 
 
 def compile_cuda_object(

@@ -1,4 +1,5 @@
-"""The parameter types of a C++ kernel, read from a name the compiler mangled.
+"""What launchpad learns about a C++ kernel's parameters: their types, read from a name the compiler
+mangled, and their names, read from the kernel's declaration in the source.
 
 NVRTC tells the type of any expression through a name expression: compiling
 ``__launchpad_probe<decltype(+(kernel))>`` (an empty kernel template instantiated on the kernel's
@@ -15,12 +16,13 @@ how to pack it (a struct by value, an enum).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ._binary import TYPE_PROBE as PROBE
 from ._types import POINTER_DTYPES
 
-__all__ = ["PROBE", "CType", "kernel_parameter_types", "probe_expression", "type_word"]
+__all__ = ["PROBE", "CType", "kernel_parameter_types", "parameter_names", "probe_expression", "type_word"]
 
 #: Declared after the user's code: a kernel template to instantiate on a kernel's pointer type.
 PROBE_SOURCE = f"\ntemplate <typename KernelPointer> __global__ void {PROBE}() {{}}\n"
@@ -235,3 +237,60 @@ def type_word(t: CType) -> str | None:
     if word is None or word.startswith("fp8"):  # a struct, an enum, an fp8 scalar: packed by size
         return None
     return word
+
+
+# --- parameter names, from the source -----------------------------------------------------------
+
+#: Words that end a parameter's type rather than name it (``unsigned int``, an unnamed ``int``).
+_TYPE_WORDS = frozenset(
+    "int float double char short long unsigned signed bool void const volatile restrict __restrict__ "
+    "half __half __nv_bfloat16 size_t auto".split()
+)
+
+
+def _strip_comments(source: str) -> str:
+    return re.sub(r"//[^\n]*|/\*.*?\*/", " ", source, flags=re.S)
+
+
+def _split_parameters(text: str) -> list[str]:
+    """A parameter list split at its top-level commas (not those inside ``<>``, ``()``, ``[]``)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "<([") - (ch in ">)]")
+        if ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    parts.append(text[start:])
+    return [p.strip() for p in parts if p.strip() and p.strip() != "void"]
+
+
+def _parameter_name(param: str) -> str | None:
+    param = param.split("=")[0].strip()  # a default value
+    m = re.search(r"([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*$", param)
+    if m is None or m.group(1) in _TYPE_WORDS or not param[: m.start()].strip():
+        return None  # an unnamed parameter: the last word is its type
+    return m.group(1)
+
+
+def parameter_names(source: str, expression: str, count: int) -> list[str] | None:
+    """The names of the ``count`` parameters of the kernel a name expression (``"axpy<float>"``,
+    ``"scale"``, ``"(void(*)(float*))f"``) denotes, from its ``__global__`` declaration in
+    ``source``; None where no declaration, or more than one disagreeing, has ``count`` named
+    parameters (macros, unnamed parameters)."""
+    base = re.sub(r"<.*$", "", expression.rsplit(")", 1)[-1]).split("::")[-1].strip()
+    if not re.fullmatch(r"[A-Za-z_]\w*", base):
+        return None
+    text = _strip_comments(source)
+    found: set[tuple[str, ...]] = set()
+    for m in re.finditer(rf"\b{re.escape(base)}\s*\(", text):
+        head = text[max(text.rfind(";", 0, m.start()), text.rfind("}", 0, m.start())) + 1 : m.start()]
+        if "__global__" not in head:
+            continue
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        names = [_parameter_name(p) for p in _split_parameters(text[m.end() : i - 1])]
+        if len(names) == count and all(names):
+            found.add(tuple(n for n in names if n))
+    return list(found.pop()) if len(found) == 1 else None

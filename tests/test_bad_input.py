@@ -228,7 +228,18 @@ def _ptx(source: str, arch: str) -> bytes:
     return ptx
 
 
-CPP_ARG = r"kernel 'scale', argument {i}, param {i} \({t}\)"
+CPP_NAMES = ("x", "y", "a", "n")  # as the kernel's declaration names them
+
+
+class _CppArg(str):
+    """``kernel 'scale', argument i ('name'), param i (type)``: the C++ kernel's parameters carry the
+    names of its declaration."""
+
+    def format(self, i: int, t: str) -> str:  # type: ignore[override]
+        return rf"kernel 'scale', argument {i} \('{CPP_NAMES[i]}'\), param {i} \({t}\)"
+
+
+CPP_ARG = _CppArg()
 
 # C++: wrong counts and types
 
@@ -238,7 +249,7 @@ CPP_ARG = r"kernel 'scale', argument {i}, param {i} \({t}\)"
     "cpp",
     "count",
     lp.ArgumentTypeError,
-    r"^kernel 'scale' takes 4 arguments, got 3$",
+    r"^kernel 'scale' takes 4 arguments \(x, y, a, n\), got 3; missing: n$",
     kernel="scale",
 )
 def _(env):
@@ -251,7 +262,7 @@ def _(env):
     "cpp",
     "count",
     lp.ArgumentTypeError,
-    r"^kernel 'scale' takes 4 arguments, got 5$",
+    r"^kernel 'scale' takes 4 arguments \(x, y, a, n\), got 5$",
     kernel="scale",
 )
 def _(env):
@@ -490,7 +501,7 @@ def _(env):
 
 
 @case("cpp-zero-grid-still-checks-the-count", "cpp", "zero-grid", lp.ArgumentTypeError,
-      r"^kernel 'scale' takes 4 arguments, got 2$", kernel="scale")  # fmt: skip
+      r"^kernel 'scale' takes 4 arguments \(x, y, a, n\), got 2; missing: a, n$", kernel="scale")  # fmt: skip
 def _(env):
     k, x, y = _cpp(env)
     k.launch((4, 0), 256, x, y)
@@ -541,7 +552,7 @@ def _(env):
 
 
 @case("cpp-bound-launch-unknown-argument", "cpp", "launch-config", lp.ArgumentTypeError,
-      r"^kernel 'scale': launch\(\) got an unexpected keyword argument 'zz' \(arguments: arg0, arg1, arg2, arg3; "
+      r"^kernel 'scale': launch\(\) got an unexpected keyword argument 'zz' \(arguments: x, y, a, n; "
       r"options: shared_mem, stream, cluster, cooperative, pdl\)$", kernel="scale", arg="'zz'")  # fmt: skip
 def _(env):
     k, x, y = _cpp(env)
@@ -775,7 +786,7 @@ def _(env):
 
 # Triton
 
-TRI_ARG = r"^kernel 'add_kernel', argument {i} \('{name}'\), param {i} \('{name}', {t}\)"
+TRI_ARG = r"^kernel 'add_kernel', argument {i} \('{name}'\), param {i} \({t}\)"
 
 
 @case(
@@ -1024,7 +1035,7 @@ def _(env):
 
 
 @case("numba-scalar-is-str", "numba", "type", lp.ArgumentTypeError,
-      NB_ARG.format(k="lp_axpy", i=3, name="a") + r", param \d+ \('a', fp32\): cannot pack str '2' as fp32",
+      NB_ARG.format(k="lp_axpy", i=3, name="a") + r", param \d+ \(fp32\): cannot pack str '2' as fp32",
       kernel="lp_axpy", arg="'a'")  # fmt: skip
 def _(env):
     k, out, x, y = _nb(env)

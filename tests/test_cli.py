@@ -106,9 +106,9 @@ def test_demo(cache):
     assert "entry           _Z5saxpyIfEvT_PKS0_PS0_i" in out
     # the parameter layout read from the cubin, typed by the signature
     rows = [line.split() for line in out.splitlines() if line.startswith("    ")]
-    assert rows[0] == ["index", "offset", "size", "align", "type"] and set("".join(rows[1])) == {"-"}
-    assert rows[2:6] == [["0", "0", "4", "4", "fp32"], ["1", "8", "8", "8", "*fp32"],
-                         ["2", "16", "8", "8", "*fp32"], ["3", "24", "4", "4", "i32"]]  # fmt: skip
+    assert rows[0] == ["index", "offset", "size", "align", "type", "name"] and set("".join(rows[1])) == {"-"}
+    assert rows[2:6] == [["0", "0", "4", "4", "fp32", "a"], ["1", "8", "8", "8", "*fp32", "x"],
+                         ["2", "16", "8", "8", "*fp32", "y"], ["3", "24", "4", "4", "i32", "n"]]  # fmt: skip
     if HAS_GPU:
         assert "OK: matches torch" in out
     else:
@@ -151,8 +151,8 @@ def test_inspect_artifact(tmp_path, capsys, cache):
     assert "  frontend        cpp\n" in out and "  arch            sm_90\n" in out
     assert f"  registers       {kernel.binary.registers}\n" in out
     assert f"  static shared   {kernel.binary.static_shared} B\n" in out
-    assert _layout_rows(out) == [["0", "0", "8", "8", "*fp32"], ["1", "8", "8", "8", "*fp32"],
-                                 ["2", "16", "4", "4", "fp32"], ["3", "20", "4", "4", "i32"]]  # fmt: skip
+    assert _layout_rows(out) == [["0", "0", "8", "8", "*fp32", "y"], ["1", "8", "8", "8", "*fp32", "x"],
+                                 ["2", "16", "4", "4", "fp32", "a"], ["3", "20", "4", "4", "i32", "n"]]  # fmt: skip
     assert "launch plan" not in out  # nothing but defaults
 
 

@@ -202,7 +202,7 @@ def test_each_unusual_call_goes_to_the_python_executor_and_plain_ones_do_not(spe
         call()
     assert fallbacks == []
     unusual = {
-        "keyword argument": lambda: k.launch(1, 32, x, y, z, arg3=5),
+        "keyword argument": lambda: k.launch(1, 32, x, y, z, n=5),
         "a tensor subclass": lambda: k.launch(1, 32, x.as_subclass(Sub), y, z, 5),
         "a numpy int": lambda: k.launch(1, 32, x, y, z, np.int32(5)),
         "a list grid": lambda: k.launch([1], 32, x, y, z, 5),

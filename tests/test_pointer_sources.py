@@ -56,7 +56,7 @@ def test_pinned_host_tensors_are_passed(copy_kernel, fake_gpu, pinned):
     with pytest.raises(lp.ArgumentError) as err:
         k.launch(1, 8, x, torch.empty(8), 8)
     assert str(err.value) == (
-        "kernel 'copy', argument 1, param 1 (*fp32): expected a CUDA tensor, got a torch.float32 tensor on cpu; "
+        "kernel 'copy', argument 1 ('y'), param 1 (*fp32): expected a CUDA tensor, got a torch.float32 tensor on cpu; "
         "a pinned CPU tensor (.pin_memory()) would be readable by the device"
     )
     with pytest.raises(lp.ArgumentTypeError, match=r"expected a torch.float32 tensor, got a torch.float64"):
@@ -108,7 +108,7 @@ def test_producer_streams_are_waited_for(copy_kernel, fake_gpu, monkeypatch):
     with pytest.raises(lp.ArgumentError) as err:
         k.launch(1, 8, CAI(x, stream=0), y, 8)
     assert str(err.value) == (
-        "kernel 'copy', argument 0, param 0 (*fp32): __cuda_array_interface__ stream must be None or a nonzero int, "
+        "kernel 'copy', argument 0 ('x'), param 0 (*fp32): __cuda_array_interface__ stream must be None or a nonzero int, "
         "got 0"
     )
 

@@ -81,3 +81,18 @@ def test_long_modules_say_why():
         if lines > LIMIT:
             doc = ast.get_docstring(ast.parse(path.read_text())) or ""
             assert "400 lines" in doc, f"{path.relative_to(PACKAGE)} has {lines} lines and no reason at its top"
+
+
+def test_one_version():
+    import pytest
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"] if (
+        PACKAGE.parent / "pyproject.toml").is_file() else None  # fmt: skip
+    if project is None:  # an installed wheel: its metadata is the pyproject's
+        import importlib.metadata
+
+        assert importlib.metadata.version("launchpad") == launchpad.__version__
+    else:
+        assert project["version"] == launchpad.__version__

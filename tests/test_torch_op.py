@@ -90,9 +90,16 @@ def test_cpp_schemas(cpp):
     assert op is getattr(torch.ops.lptest, op._schema.name.split("::")[1]).default
     assert str(op._schema) == f"{op._schema.name}(Tensor x, Tensor(a!) y, float a, SymInt n) -> ()"
 
-    # default names (C++ records none); every type word; two mutated tensors, two alias sets
+    # names from the kernel's declaration; every type word; two mutated tensors, two alias sets
     name = unique("mixed")
-    op = lp.torch_op(name, cpp["mixed"], grid=1, block=1, mutates=("arg7", "arg1"))
+    op = lp.torch_op(name, cpp["mixed"], grid=1, block=1, mutates=("p", "d"))
+    assert str(op._schema) == (
+        f"{name}(Tensor h, Tensor(a!) d, SymInt n64, SymInt u8, bool flag, float b, float f64, Tensor(b!) p) -> ()"
+    )
+    # a bare cubin has no source: default names
+    name = unique("untyped_names")
+    bare = lp.load_cubin(cpp["mixed"].image, "mixed", signature="*fp16, *fp64, i64, u8, i1, bf16, fp64, *u64")
+    op = lp.torch_op(name, bare, grid=1, block=1, mutates=("arg7", "arg1"))
     assert str(op._schema) == (
         f"{name}(Tensor arg0, Tensor(a!) arg1, SymInt arg2, SymInt arg3, bool arg4, float arg5, float arg6, "
         "Tensor(b!) arg7) -> ()"
@@ -104,11 +111,11 @@ def test_cpp_schemas(cpp):
                      outputs={"y": lambda x, a, n: torch.empty_like(x)})  # fmt: skip
     assert str(op._schema) == f"{name}(Tensor x, float a, SymInt n) -> Tensor"
     name = unique("mixed_new")
-    op = lp.torch_op(name, cpp["mixed"], grid=1, block=1, mutates=("arg1",),
-                     outputs={"arg7": lambda *a: a[0].new_empty(1, dtype=torch.uint64),
-                              "arg0": lambda *a: torch.empty_like(a[0])})  # fmt: skip
+    op = lp.torch_op(name, cpp["mixed"], grid=1, block=1, mutates=("d",),
+                     outputs={"p": lambda *a: a[0].new_empty(1, dtype=torch.uint64),
+                              "h": lambda *a: torch.empty_like(a[0])})  # fmt: skip
     assert str(op._schema) == (
-        f"{name}(Tensor(a!) arg1, SymInt arg2, SymInt arg3, bool arg4, float arg5, float arg6) -> (Tensor, Tensor)"
+        f"{name}(Tensor(a!) d, SymInt n64, SymInt u8, bool flag, float b, float f64) -> (Tensor, Tensor)"
     )
 
 
@@ -197,7 +204,7 @@ def test_untyped_and_struct_parameters_are_refused(cpp):
         "(the binary gives only its size, 8 bytes), so no schema can be inferred; compile or load the kernel with "
         'signature= (type words such as "*fp32, *fp32, fp32, i32")'
     )
-    with pytest.raises(lp.LaunchpadError, match=r"argument 1 \('arg1'\): param 1 \(bytes8\) is a by-value struct "
+    with pytest.raises(lp.LaunchpadError, match=r"argument 1 \('pair'\): param 1 \('pair', bytes8\) is a by-value struct "
                        r"of 8 bytes, which an operator schema cannot take"):  # fmt: skip
         lp.torch_op("lptest::never_struct", cpp["by_value"], grid=1, block=1)
     assert not hasattr(torch.ops.lptest, "never_untyped") and "lptest::never_struct" not in _torch_op._REGISTRY
@@ -213,16 +220,16 @@ def test_bad_mutates_outputs_and_names(cpp):
     with pytest.raises(lp.ArgumentError) as err:
         lp.torch_op("lptest::never", k, grid=1, block=1, mutates=("z",))
     assert str(err.value) == (
-        "torch_op('lptest::never'): mutates names 'z', no argument of kernel 'scale'; its tensor arguments: arg0, arg1"
+        "torch_op('lptest::never'): mutates names 'z', no argument of kernel 'scale'; its tensor arguments: x, y"
     )
-    with pytest.raises(lp.ArgumentError, match=r"mutates names 'arg2', a float argument of kernel 'scale'"):
-        lp.torch_op("lptest::never", k, grid=1, block=1, mutates="arg2")
+    with pytest.raises(lp.ArgumentError, match=r"mutates names 'a', a float argument of kernel 'scale'"):
+        lp.torch_op("lptest::never", k, grid=1, block=1, mutates="a")
     with pytest.raises(lp.ArgumentError, match=r"outputs names 'out', no argument"):
         lp.torch_op("lptest::never", k, grid=1, block=1, outputs={"out": torch.empty_like})
-    with pytest.raises(lp.ArgumentError, match=r"'arg1' is an output, so it cannot also be in mutates"):
-        lp.torch_op("lptest::never", k, grid=1, block=1, mutates=("arg1",), outputs={"arg1": torch.empty_like})
+    with pytest.raises(lp.ArgumentError, match=r"'y' is an output, so it cannot also be in mutates"):
+        lp.torch_op("lptest::never", k, grid=1, block=1, mutates=("y",), outputs={"y": torch.empty_like})
     with pytest.raises(lp.ArgumentError, match=r"names= must give 4 names \(one per argument the operator passes: "
-                       r"arg0, arg1, arg2, arg3\), got \('x', 'y'\)"):  # fmt: skip
+                       r"x, y, a, n\), got \('x', 'y'\)"):  # fmt: skip
         lp.torch_op("lptest::never", k, grid=1, block=1, names=("x", "y"))
     with pytest.raises(lp.ArgumentError, match=r"'def' is not a valid argument name"):
         lp.torch_op("lptest::never", k, grid=1, block=1, names=("x", "y", "def", "n"))
@@ -356,7 +363,7 @@ def test_real_implementation_launches_with_the_exact_bytes(cpp, fake_gpu):
     getattr(torch.ops.lptest, op._schema.name.split("::")[1])(x, y, 1.0, 3)
     assert fake_gpu.last.grid == (1, 1, 1) and fake_gpu.last.params[2:] == [f32(1.0), i32(3)]
     op2 = on_cpu(lp.torch_op(unique("scale_cfg"), k, grid=(2, 3), block=lambda x, y, a, n: (n, 2),
-                             shared_mem=lambda x, y, a, n: 4 * n, mutates=("arg1",)))  # fmt: skip
+                             shared_mem=lambda x, y, a, n: 4 * n, mutates=("y",)))  # fmt: skip
     op2(x, y, 1.0, 64)
     assert (fake_gpu.last.grid, fake_gpu.last.block, fake_gpu.last.shared_mem) == ((2, 3, 1), (64, 2, 1), 256)
     assert len(fake_gpu.launches) == 3
@@ -377,7 +384,7 @@ def test_functional_op_returns_the_tensor_it_launched_on(cpp, fake_gpu):
 def test_argument_errors_come_from_the_launch(cpp, fake_gpu):
     k = fake_gpu.install(cpp["scale"])
     op = on_cpu(scale_op(k))
-    with pytest.raises(lp.ArgumentTypeError, match=r"kernel 'scale', argument 1, param 1 \(\*fp32\): expected a "
+    with pytest.raises(lp.ArgumentTypeError, match=r"kernel 'scale', argument 1 \('y'\), param 1 \(\*fp32\): expected a "
                        r"torch.float32 tensor, got a torch.float64 tensor on cpu"):  # fmt: skip
         op(torch.randn(4), torch.randn(4).double(), 1.0, 4)
     with pytest.raises(lp.ArgumentError, match=r"2147483648 is out of range for i32"):
@@ -482,6 +489,6 @@ def test_opcheck_on_fake_gpu(cpp, fake_gpu, monkeypatch):
     # a kernel that writes an argument the schema says it only reads fails the schema check
     undeclared = on_cpu(lp.torch_op(unique("scale_undeclared"), k, grid=1, block=256))
     with pytest.raises(
-        Exception, match=r"test_schema failed with Argument arg1 is not defined as mutable but was mutated"
+        Exception, match=r"test_schema failed with Argument y is not defined as mutable but was mutated"
     ):
         torch.library.opcheck(undeclared, (torch.randn(16), torch.randn(16), 2.0, 16), test_utils="test_schema")
