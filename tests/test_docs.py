@@ -25,6 +25,11 @@ def blocks(page: Path) -> list[tuple[bool, str]]:
 def run(page: Path, gpu: bool) -> None:
     if page.name in NEEDS:
         pytest.importorskip(NEEDS[page.name])
+    if page.name == "numba.md":
+        import numpy as np
+
+        if not hasattr(np, "row_stack"):  # numba-cuda 0.30's random module under NumPy 2.5 needs it
+            np.row_stack = np.vstack
     namespace: dict = {"__name__": f"docs_{page.stem}"}
     for i, (needs_gpu, code) in enumerate(blocks(page)):
         if needs_gpu and not gpu:

@@ -17,6 +17,11 @@ import pytest
 import torch
 
 pytest.importorskip("numba.cuda")
+# numba-cuda 0.30's own modules (fp16, random) and its dispatcher use ``np.row_stack``, which NumPy
+# 2.5 removed: launchpad lends it only while it compiles, so these tests, which import those
+# modules and launch through Numba's dispatcher themselves, put it back for the process.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
 from numba import cuda
 from numba.cuda import fp16, types
 from numba.cuda.random import xoroshiro128p_type, xoroshiro128p_uniform_float32

@@ -9,6 +9,11 @@ import pytest
 import torch
 
 pytest.importorskip("numba.cuda")
+# numba-cuda 0.30's own modules (fp16, random) and its dispatcher use ``np.row_stack``, which NumPy
+# 2.5 removed: launchpad lends it only while it compiles, so these tests, which import those
+# modules and launch through Numba's dispatcher themselves, put it back for the process.
+if not hasattr(np, "row_stack"):
+    np.row_stack = np.vstack
 from numba import cuda
 from numba.cuda.random import create_xoroshiro128p_states
 from test_numba_shims import CALLBACK_SOURCE, POINT, SIGS, compute_pi, point_kernel

@@ -56,7 +56,11 @@ def test_launch_waits_for_the_producer_stream():
     """A Numba array filled by a slow kernel on a Numba stream, read at once on torch's stream: the
     copy sees the filled values only if the launch waited for the producer's stream."""
     pytest.importorskip("numba.cuda")
+    import numpy as np
     from numba import cuda
+
+    if not hasattr(np, "row_stack"):  # numba-cuda 0.30's dispatcher under NumPy 2.5 (see test_numba_shims)
+        np.row_stack = np.vstack
 
     @cuda.jit
     def slow_fill(a, value):
