@@ -68,7 +68,8 @@ SCALARS_SIG = "*u64, i8, u8, i16, u16, i32, u32, i64, u64, fp16, bf16, fp32, fp6
 def kernels():
     names = ["scale", "axpy<float>", "axpy<double>", "scalars", "reverse_shared", "cluster_rank"]
     ks = lp.compile_cuda_module(SOURCE, names, signatures={"scalars": SCALARS_SIG, "scale": "*fp32, *fp32, fp32, i32"})
-    ks["scalars_untyped"] = lp.compile_cuda(SOURCE, "scalars")
+    ks["scalars_typed_by_compiler"] = lp.compile_cuda(SOURCE, "scalars")  # no signature: the compiler's types
+    ks["scalars_untyped"] = lp.load_cubin(ks["scalars"].image, "scalars")  # a bare cubin: sizes only
     return ks
 
 
@@ -105,16 +106,19 @@ def _scalar_values():
 def _expected_bits(values):
     i8, u8, i16, u16, i32, u32, i64, u64, f16, bf16, f32, f64, b, _ = values
     bits = lambda code, v: int.from_bytes(struct.pack("<" + code, v), "little")
+    bf16_bits = int(torch.tensor(bf16, dtype=torch.float32).to(torch.bfloat16).view(torch.int16)) % 2**16  # RNE
     return [i8 % 2**64, u8, i16 % 2**64, u16, i32 % 2**64, u32, i64 % 2**64, u64, bits("e", f16),
-            bits("f", bf16) >> 16, bits("f", f32), bits("d", f64), int(b)]  # fmt: skip
+            bf16_bits, bits("f", f32), bits("d", f64), int(b)]  # fmt: skip
 
 
-def test_every_scalar_type_reaches_the_kernel(kernels):
+@pytest.mark.parametrize("name", ["scalars", "scalars_typed_by_compiler"])
+def test_every_scalar_type_reaches_the_kernel(kernels, name):
+    assert [p.type for p in kernels[name].params] == [w.strip() for w in SCALARS_SIG.split(",")]
     for _ in range(3):
         values = _scalar_values()
         out = torch.zeros(13, dtype=torch.uint64, device="cuda")
         blob_out = torch.zeros(128, dtype=torch.uint8, device="cuda")
-        kernels["scalars"].launch(1, 1, out, *values, blob_out)
+        kernels[name].launch(1, 1, out, *values, blob_out)
         assert [int(v) % 2**64 for v in out.cpu().tolist()] == _expected_bits(values)
         assert bytes(blob_out.cpu().numpy()) == values[-1]
 

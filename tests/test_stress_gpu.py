@@ -61,8 +61,7 @@ def test_16_threads_launch_every_front_end_plain_and_bound(kernels):
 
 def _copy(kernel: lp.Kernel) -> lp.Kernel:
     """A new Kernel of the same binary and description: loads its own module on first launch."""
-    return lp.Kernel(kernel.image, kernel.image_kind, kernel.name, kernel.params, args=kernel.args,
-                     plan=kernel.plan, display_name=kernel.display_name)  # fmt: skip
+    return lp.Kernel(kernel.spec)
 
 
 def _settle() -> tuple[int, int, int]:

@@ -85,13 +85,13 @@ def check_all_ways(jit_fn, grid, args: list, outs: list[int], tmp_path, *, kwarg
         for i, r in zip(outs, ref):
             assert torch.equal(a[i], r), (k, i)
 
-    if cache:  # the cache folder's kernel takes the runtime arguments only
+    if cache:  # the cache folder keeps no constexpr values: the call leaves them (and specialized ones) out
         folder = next(p for n, p in compiled.metadata_group.items() if n.endswith(".json"))
         loaded = launchpad.load_triton(folder)
         a = fresh()
         values = full_args(jit_fn, a, kwargs)
-        names = list(dict.fromkeys(x.name for x in loaded.args if x.path))
-        loaded[grid_of(grid, jit_fn, values)](*[values[jit_fn.arg_names.index(n)] for n in names])
+        names = list(dict.fromkeys(x.name for x in loaded.args if x.path and x.kind != "const"))
+        loaded[grid_of(grid, jit_fn, values)](**{n: values[jit_fn.arg_names.index(n)] for n in names})
         torch.cuda.synchronize()
         for i, r in zip(outs, ref):
             assert torch.equal(a[i], r), ("cache", i)
@@ -153,11 +153,17 @@ def test_int_one_and_none_arguments(tmp_path):
 
 
 def test_scalars(tmp_path):
+    args = [rand(8, dtype=torch.float64), 0.1, 1.5, 1 / 3, 1 / 7, -(2**40) + 5, True]  # a bf16 that needs no rounding
+    (out,) = check_all_ways(K.scalars_kernel, (1,), args, [0], tmp_path)
+    expected = [float(np.float16(0.1)), 1.5, float(np.float32(1 / 3)), 1 / 7, float(-(2**40) + 5), 1.0]
+    assert out[:6].tolist() == expected
+    # A float between two bf16 values: Triton's launcher truncates it, launchpad rounds to nearest even
     b = struct.unpack("<f", struct.pack("<I", 0x3F80FFFF))[0]
-    (out,) = check_all_ways(K.scalars_kernel, (1,), [rand(8, dtype=torch.float64), 0.1, b, 1 / 3, 1 / 7, -(2**40) + 5,
-                                                     True], [0], tmp_path)  # fmt: skip
-    expected = [float(np.float16(0.1)), 1.0, float(np.float32(1 / 3)), 1 / 7, float(-(2**40) + 5), 1.0]
-    assert out[:6].tolist() == expected  # bf16 is truncated: 0x3F80FFFF becomes exactly 1.0
+    k = launchpad.triton_launcher(K.scalars_kernel).warmup(*args)
+    out = rand(8, dtype=torch.float64)
+    k[(1,)](out, 0.1, b, 1 / 3, 1 / 7, -(2**40) + 5, True)
+    torch.cuda.synchronize()
+    assert out[1].item() == 1.0078125  # 0x3F81; Triton's own launch gives 1.0 (0x3F80)
 
 
 def test_tuple_arguments(tmp_path):
@@ -272,8 +278,7 @@ def test_metadata_beyond_the_device_is_refused_at_load():
     optin = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
 
     def with_plan(**changes):
-        return launchpad.Kernel(k.image, "cubin", k.name, k.params, args=k.args, display_name="matmul_kernel",
-                                plan=dataclasses.replace(k.plan, **changes))  # fmt: skip
+        return launchpad.Kernel(k.spec.replace(plan=dataclasses.replace(k.plan, **changes)))
 
     with pytest.raises(
         launchpad.OutOfResources, match=rf"'matmul_kernel' asks for {optin + 1024} bytes of dynamic shared memory"
