@@ -57,8 +57,8 @@ class TritonHooks:
         function = self.loader.entry(device)[3]
         data = LazyDict({"name": self.spec.name, "function": function, "stream": stream})
         if self.launch_metadata is not None:
+            # the grid as the caller gave it (Triton passes its launch_metadata the tuple unpadded)
             grid = grid if isinstance(grid, tuple) else (grid,) if isinstance(grid, int) else tuple(grid)
-            grid = (*grid, 1, 1)[:3]
             named = dict(zip(self.arg_names, args))
             data.add(self.launch_metadata, (grid, types.SimpleNamespace(**self.spec.metadata), named))
         return data

@@ -22,6 +22,11 @@ def blocks(page: Path) -> list[tuple[bool, str]]:
     return [(code.startswith("# needs a GPU"), code) for code in found]
 
 
+#: Each page's namespace after its blocks without a GPU ran: the GPU blocks go on from there (a
+#: page's examples register torch operators, which a process can define only once).
+_AFTER_CPU: dict[str, dict] = {}
+
+
 def run(page: Path, gpu: bool) -> None:
     if page.name in NEEDS:
         pytest.importorskip(NEEDS[page.name])
@@ -30,11 +35,15 @@ def run(page: Path, gpu: bool) -> None:
 
         if not hasattr(np, "row_stack"):  # numba-cuda 0.30's random module under NumPy 2.5 needs it
             np.row_stack = np.vstack
-    namespace: dict = {"__name__": f"docs_{page.stem}"}
+    namespace = _AFTER_CPU.get(page.name) if gpu else None
+    resumed = namespace is not None
+    namespace = namespace if resumed else {"__name__": f"docs_{page.stem}"}
     for i, (needs_gpu, code) in enumerate(blocks(page)):
-        if needs_gpu and not gpu:
+        if needs_gpu != gpu and (needs_gpu or resumed):  # GPU blocks need one; CPU blocks ran already
             continue
         exec(compile(code, f"{page.name} block {i + 1}", "exec"), namespace)
+    if not gpu:
+        _AFTER_CPU[page.name] = namespace
 
 
 def test_docs_exist_with_examples():

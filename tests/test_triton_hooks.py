@@ -79,10 +79,10 @@ def test_hooks_see_what_tritons_launcher_passes(env):
         launcher[lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]), 2)](x, y, out, 2048, BLOCK=1024)
     expected = {"name": "profiled_add", "function": function, "stream": 0x5000}
     assert SEEN == [
-        ("launch_metadata", (4, 1, 1), 4, ["BLOCK", "n", "out_ptr", "x_ptr", "y_ptr"]),
+        ("launch_metadata", (4,), 4, ["BLOCK", "n", "out_ptr", "x_ptr", "y_ptr"]),  # the grid as given
         ("enter", {**expected, "name": "add n=4096", "flops32": 4096, "bytes": 49152}),
         ("exit", {**expected, "name": "add n=4096", "flops32": 4096, "bytes": 49152}),
-        ("launch_metadata", (2, 2, 1), 4, ["BLOCK", "n", "out_ptr", "x_ptr", "y_ptr"]),
+        ("launch_metadata", (2, 2), 4, ["BLOCK", "n", "out_ptr", "x_ptr", "y_ptr"]),
         ("enter", {**expected, "name": "add n=2048", "flops32": 2048, "bytes": 24576}),
         ("exit", {**expected, "name": "add n=2048", "flops32": 2048, "bytes": 24576}),
     ]
