@@ -5,6 +5,8 @@ only where there is one (the ``gpu`` test of the page); the others run everywher
 from __future__ import annotations
 
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -37,7 +39,10 @@ def run(page: Path, gpu: bool) -> None:
             np.row_stack = np.vstack
     namespace = _AFTER_CPU.get(page.name) if gpu else None
     resumed = namespace is not None
-    namespace = namespace if resumed else {"__name__": f"docs_{page.stem}"}
+    if not resumed:  # a real module, so code that looks its globals up by module name (torch.compile) finds them
+        module = types.ModuleType(f"launchpad_docs_{page.stem}")
+        sys.modules[module.__name__] = module
+        namespace = module.__dict__
     for i, (needs_gpu, code) in enumerate(blocks(page)):
         if needs_gpu != gpu and (needs_gpu or resumed):  # GPU blocks need one; CPU blocks ran already
             continue
