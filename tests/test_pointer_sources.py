@@ -35,6 +35,19 @@ class CAI:
         }  # fmt: skip
 
 
+def numba_scale():
+    """A Numba kernel's Python function, ``out[i] = 2 * x[i]`` (skips without numba-cuda)."""
+    pytest.importorskip("numba.cuda")
+    from numba import cuda
+
+    def scale(out, x):
+        i = cuda.grid(1)
+        if i < out.size:
+            out[i] = 2.0 * x[i]
+
+    return scale
+
+
 @pytest.fixture
 def pinned(monkeypatch):
     """CPU tensors made with ``.pin_memory()`` (no CUDA here: ``is_pinned`` is what says so)."""
@@ -64,14 +77,7 @@ def test_pinned_host_tensors_are_passed(copy_kernel, fake_gpu, pinned):
 
 
 def test_pinned_host_tensors_into_numba_and_triton_kernels(fake_gpu, pinned):
-    pytest.importorskip("numba.cuda")
-    from numba import cuda
-
-    def scale(out, x):
-        i = cuda.grid(1)
-        if i < out.size:
-            out[i] = 2.0 * x[i]
-
+    scale = numba_scale()
     k = fake_gpu.install(lp.from_numba(scale, "void(float32[::1], float32[::1])", arch=90), device=0)
     out, x = pinned(torch.empty(16)), pinned(torch.rand(16))
     k[1, 16](out, x)
@@ -114,14 +120,7 @@ def test_producer_streams_are_waited_for(copy_kernel, fake_gpu, monkeypatch):
 
 
 def test_producer_streams_of_numba_arrays(fake_gpu, monkeypatch):
-    pytest.importorskip("numba.cuda")
-    from numba import cuda
-
-    def scale(out, x):
-        i = cuda.grid(1)
-        if i < out.size:
-            out[i] = 2.0 * x[i]
-
+    scale = numba_scale()
     waits = []
     monkeypatch.setattr(_driver, "stream_wait", lambda stream, producer: waits.append((stream, producer)))
     monkeypatch.setattr(_driver, "pointer_device", lambda address: -1)
