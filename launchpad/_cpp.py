@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from . import _cache, _driver
-from ._demangle import PROBE, PROBE_SOURCE, kernel_parameter_types, parameter_names, probe_expression, type_word
-from ._spec import KernelSpec
+from ._demangle import (
+    PROBE,
+    PROBE_SOURCE,
+    kernel_parameter_types,
+    parameter_names,
+    pointee_alignment,
+    probe_expression,
+    type_word,
+)  # fmt: skip
+from ._spec import KernelSpec, plain_args
 from ._types import type_size
 from .errors import BinaryError, CompileError
 from .kernel import Kernel, spec_from_image
@@ -261,7 +269,8 @@ def _typed_by_compiler(spec: KernelSpec, lowered: str | None) -> KernelSpec:
             p = replace(p, type=word, align=max(p.align, min(type_size(word), 8)))
         params.append(p)
     metadata = {**spec.metadata, "parameter_types": [str(t) for t in types]}
-    return spec.replace(params=tuple(params), args=(), metadata=metadata)
+    args = tuple(replace(a, align=pointee_alignment(t)) for a, t in zip(plain_args(params), types))
+    return spec.replace(params=tuple(params), args=args, metadata=metadata)
 
 
 def _named_from_source(spec: KernelSpec, source: str, expression: str) -> KernelSpec:
@@ -271,7 +280,7 @@ def _named_from_source(spec: KernelSpec, source: str, expression: str) -> Kernel
     if names is None:
         return spec
     params = tuple(replace(p, name=n) for p, n in zip(spec.params, names))
-    return spec.replace(params=params, args=())
+    return spec.replace(params=params, args=tuple(replace(a, name=n) for a, n in zip(spec.args, names)))
 
 
 def compile_cuda_object(

@@ -22,7 +22,15 @@ from dataclasses import dataclass
 from ._binary import TYPE_PROBE as PROBE
 from ._types import POINTER_DTYPES
 
-__all__ = ["PROBE", "CType", "kernel_parameter_types", "parameter_names", "probe_expression", "type_word"]
+__all__ = [
+    "PROBE",
+    "CType",
+    "kernel_parameter_types",
+    "parameter_names",
+    "pointee_alignment",
+    "probe_expression",
+    "type_word",
+]
 
 #: Declared after the user's code: a kernel template to instantiate on a kernel's pointer type.
 PROBE_SOURCE = f"\ntemplate <typename KernelPointer> __global__ void {PROBE}() {{}}\n"
@@ -50,6 +58,15 @@ _VECTOR_POINTEES = {
     **{f"short{n}": "i16" for n in (1, 2, 3, 4)}, **{f"ushort{n}": "u16" for n in (1, 2, 3, 4)},
     **{f"char{n}": "i8" for n in (1, 2, 3, 4)}, **{f"uchar{n}": "u8" for n in (1, 2, 3, 4)},
     "__half2": "fp16", "__nv_bfloat162": "bf16",
+}  # fmt: skip
+#: The alignment CUDA's ``vector_types.h`` gives each vector type: a kernel reading a ``float4*``
+#: at an address that is not a multiple of 16 faults (and poisons the context), so it is checked.
+_VECTOR_ALIGN = {
+    **{f"{t}{n}": a * (2 if n == 2 else 4 if n == 4 else 1) for t, a in
+       (("char", 1), ("uchar", 1), ("short", 2), ("ushort", 2), ("int", 4), ("uint", 4), ("float", 4))
+       for n in (1, 2, 3, 4)},
+    **{f"{t}{n}": 16 if n in (2, 4) else 8 for t in ("double", "longlong", "ulonglong") for n in (1, 2, 3, 4)},
+    "__half2": 4, "__nv_bfloat162": 4,
 }  # fmt: skip
 
 
@@ -224,6 +241,14 @@ def kernel_parameter_types(lowered: str) -> list[CType]:
     if params == [CType("builtin", "void")]:  # f(void)
         return []
     return params
+
+
+def pointee_alignment(t: CType) -> int:
+    """The alignment a pointer parameter's address must have beyond its tensor's own (a vector
+    pointee's, ``float4*``: 16), or 0."""
+    if t.kind != "pointer" or t.pointee is None:
+        return 0
+    return _VECTOR_ALIGN.get(t.pointee.name, 0)
 
 
 def type_word(t: CType) -> str | None:

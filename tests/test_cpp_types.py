@@ -236,3 +236,20 @@ def test_numpy_scalars_into_compiler_typed_parameters(kernels, fake_gpu):
     k.launch(1, 1, out, np.int64(-7), np.uint8(9), np.bool_(True), np.uint64(2**64 - 1))
     p = fake_gpu.last.params
     assert p[1] == struct.pack("<q", -7) and p[2] == b"\x09" and p[3] == b"\x01" and p[4] == b"\xff" * 8
+
+
+def test_vector_pointers_need_their_alignment(kernels, fake_gpu):
+    k = fake_gpu.install(kernels["mixed"])
+    assert (k.args[0].name, k.args[0].align, k.args[11].align) == ("v", 16, 4)  # float4*, __half2*
+    storage = torch.rand(64)
+    aligned = storage[(-storage.data_ptr() % 16) // 4 :][:16]
+    rest = [torch.rand(2).half(), 1.5, b"\1" * 8, 1, b"\2" * 12, torch.empty(3, dtype=torch.uint8), torch.empty(1),
+            torch.empty(1, dtype=torch.int64), torch.empty(2, dtype=torch.int32), b"\3" * 12,
+            torch.rand(4).half(), -5, -300, 65535, 2**32 - 1]  # fmt: skip
+    k.launch(1, 1, aligned, *rest)
+    with pytest.raises(lp.ArgumentError) as err:
+        k.launch(1, 1, aligned[1:], *rest)  # 4 bytes past a 16-byte boundary: a float4 load would fault
+    assert str(err.value) == (
+        f"kernel 'mixed', argument 0 ('v'), param 0 (*fp32): pointer {aligned[1:].data_ptr():#x} is not 16-byte "
+        "aligned, but the kernel was compiled assuming it is"
+    )
