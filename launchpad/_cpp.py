@@ -71,7 +71,13 @@ def _header_directory(library: str) -> str | None:
 _HEADER_PACKAGES = {
     "cub": "nvidia-cuda-cccl", "thrust": "nvidia-cuda-cccl", "cuda": "nvidia-cuda-cccl", "nv": "nvidia-cuda-cccl",
     "curand": "nvidia-curand", "cublas": "nvidia-cublas", "cufft": "nvidia-cufft", "cusparse": "nvidia-cusparse",
+    "nvshmem": "nvidia-nvshmem-cu13",
 }  # fmt: skip
+#: The host's C and C++ library headers, which NVRTC does not have (device code gets CCCL's).
+_HOST_HEADERS = re.compile(
+    r"(std\w*|string|math|stdlib|assert|limits|float|climits|cmath|cstdint|cstdio|cstdlib|cstring|cassert|cfloat"
+    r"|type_traits|utility|array|tuple|algorithm|iostream|vector|memory|functional|complex)(\.h)?"
+)
 
 
 def _missing_header_hint(log: str) -> str:
@@ -80,6 +86,11 @@ def _missing_header_hint(log: str) -> str:
     if m is None:
         return ""
     header = m.group(1)
+    if _HOST_HEADERS.fullmatch(header):
+        std = header.removesuffix(".h")
+        std = std if not header.endswith(".h") or std.startswith("c") else f"c{std}"
+        return (f"; {header!r} is a host C/C++ library header, which NVRTC does not have: for device code include "
+                f"CCCL's <cuda/std/{std}> where it exists (on the include path)")  # fmt: skip
     first = re.split(r"[/_.]", header)[0]
     package = _HEADER_PACKAGES.get(first) or _HEADER_PACKAGES.get(header.split("/")[0]) or (
         "nvidia-cuda-runtime" if header.startswith(("cuda_", "cooperative_groups", "vector_", "device_", "sm_")) else ""

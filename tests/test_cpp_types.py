@@ -216,9 +216,14 @@ def test_cooperative_groups_cub_and_cuda_std_compile():
 
 
 def test_a_missing_header_names_its_package():
+    # (NVSHMEM's headers ship in their own wheel, never in the CUDA toolkit's include directory)
     with pytest.raises(lp.CompileError) as err:
-        lp.compile_cuda('#include <cusparse.h>\nextern "C" __global__ void k() {}', "k", arch=90)
-    assert "'cusparse.h' comes with the nvidia-cusparse package (pip install nvidia-cusparse)" in str(err.value)
+        lp.compile_cuda('#include <nvshmem.h>\nextern "C" __global__ void k() {}', "k", arch=90)
+    assert "'nvshmem.h' comes with the nvidia-nvshmem-cu13 package (pip install nvidia-nvshmem-cu13)" in str(err.value)
+    with pytest.raises(lp.CompileError) as err:
+        lp.compile_cuda('#include <stdint.h>\nextern "C" __global__ void k() {}', "k", arch=90)
+    assert "'stdint.h' is a host C/C++ library header, which NVRTC does not have: for device code include CCCL's " \
+           "<cuda/std/cstdint>" in str(err.value)  # fmt: skip
     with pytest.raises(lp.CompileError) as err:
         lp.compile_cuda('#include "my_local_header.cuh"\nextern "C" __global__ void k() {}', "k", arch=90)
     assert "'my_local_header.cuh' is on no include path launchpad knows (pass include_dirs=)" in str(err.value)

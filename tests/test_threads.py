@@ -41,15 +41,17 @@ def test_close_while_other_threads_launch(kernel_image, fake_gpu, monkeypatch):
     """close() while launches are inside the driver call: the module is unloaded once, only after the
     last launch holding it returned; launches after close get the kernel loaded again."""
     unloaded: list = []
-    monkeypatch.setattr(_driver, "unload_module", lambda module, device: unloaded.append(module))
+    first, second = f"module-0 {id(unloaded):#x}", f"module-1 {id(unloaded):#x}"  # this test's own handles (other
+    # tests' kernels may be collected meanwhile, with this fake unload in place)
+    monkeypatch.setattr(_driver, "unload_module", lambda m, device: m in (first, second) and unloaded.append(m))
     k = fake_gpu.install(lp.load_cubin(kernel_image, "scale", signature="*fp32, *fp32, fp32, i32"))
     entry = k._loader.entries[-1]
-    module = LoadedModule("module-0", "function-0", -1)
+    module = LoadedModule(first, "function-0", -1)
     k._loader.entries[-1] = (*entry[:7], module)
     k._loader.modules[-1] = module
     del module
     # a launch after close loads the kernel again: the fake driver's answers for that load
-    monkeypatch.setattr(k._loader, "_load", lambda device: LoadedModule("module-1", entry[0], device))
+    monkeypatch.setattr(k._loader, "_load", lambda device: LoadedModule(second, entry[0], device))
     limits = {"max_threads_per_block": 1024, "max_dynamic_shared_size_bytes": 48 * 1024}
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: limits[name])
     monkeypatch.setattr(_driver, "launch_entry_points", lambda: (entry[4], entry[5], 0))
@@ -84,7 +86,7 @@ def test_close_while_other_threads_launch(kernel_image, fake_gpu, monkeypatch):
     assert _run(8, work) == ["closed", *range(1, 8)]
     ((in_flight, unloaded_then),) = at_close
     assert in_flight > 0 and unloaded_then == []  # launches held the module when close() returned
-    assert unloaded == ["module-0"]  # and it went once they were done
+    assert unloaded == [first]  # and it went once they were done
     assert sorted(struct.unpack("<f", launch.params[2])[0] for launch in fake_gpu.launches) == [
         float(i) for i in range(1, 8)]  # fmt: skip
 
