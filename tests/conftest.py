@@ -116,9 +116,12 @@ class FakeGPU:
                 loader.entries[dev] = (*entry[:2], optin, *entry[3:])
                 return optin
 
-            patch.setattr(loader, "raise_shared", raise_shared)
-            patch.setattr(loader, "launch_ex", self.launch_ex)
-            patch.setattr(loader, "coresident_blocks", lambda dev, threads, smem: 1 << 20)
+            # set in the instance's dict, so undoing deletes them: a setattr would be undone (by
+            # some pytest versions) by storing the class's bound methods there, a reference cycle
+            # that keeps the loader alive until a garbage collection
+            patch.setitem(vars(loader), "raise_shared", raise_shared)
+            patch.setitem(vars(loader), "launch_ex", self.launch_ex)
+            patch.setitem(vars(loader), "coresident_blocks", lambda dev, threads, smem: 1 << 20)
         # no cuCtxGetDevice (0): the compiled executor asks the fake device function
         entry = (function, max_threads, shared_limit, function, ctypes.cast(self._c_launch, ctypes.c_void_p).value,
                  ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, 0, None)  # fmt: skip

@@ -51,7 +51,7 @@ def test_close_while_other_threads_launch(kernel_image, fake_gpu, monkeypatch):
     k._loader.modules[-1] = module
     del module
     # a launch after close loads the kernel again: the fake driver's answers for that load
-    monkeypatch.setattr(k._loader, "_load", lambda device: LoadedModule(second, entry[0], device))
+    monkeypatch.setitem(vars(k._loader), "_load", lambda device: LoadedModule(second, entry[0], device))
     limits = {"max_threads_per_block": 1024, "max_dynamic_shared_size_bytes": 48 * 1024}
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: limits[name])
     monkeypatch.setattr(_driver, "launch_entry_points", lambda: (entry[4], entry[5], 0))
