@@ -106,7 +106,8 @@ def main() -> int:
     medians = _time(calls)
     base = medians["C floor (cuLaunchKernel in a C loop)"]
     previous = None
-    print(f"launch path: {launchpad.launch_path()}, {torch.cuda.get_device_name()}")
+    path, why = launchpad.launch_path()
+    print(f"launch path: {path}{f' ({why})' if why else ''}, {torch.cuda.get_device_name()}")
     print(f"{'variant':<50} {'ns':>8} {'x floor':>8} {'step':>8}")
     for key, value in medians.items():
         step = "" if previous is None or key.startswith("python") else f"{value - previous:+8.0f}"
