@@ -294,16 +294,6 @@ def allow_non_portable_cluster(function: Any) -> None:
     check(_cu.cuFuncSetAttribute(function, attr, 1), "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
 
 
-def param_info(function: Any) -> list[tuple[int, int]]:
-    """``(offset, size)`` of each parameter as the loaded function reports it."""
-    out: list[tuple[int, int]] = []
-    while True:
-        result = _cu.cuFuncGetParamInfo(function, len(out))
-        if result[0] != SUCCESS:
-            return out
-        out.append((int(result[1]), int(result[2])))
-
-
 def max_active_blocks_per_sm(function: Any, block_threads: int, shared_mem: int) -> int:
     return check(
         _cu.cuOccupancyMaxActiveBlocksPerMultiprocessor(function, block_threads, shared_mem),

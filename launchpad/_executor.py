@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from . import _checks, _driver, _hooks, _pylaunch
+from ._loader import E_FUNCTION
 from ._spec import KernelSpec
 from ._types import POINTER_DTYPES, Param
 from .errors import LaunchpadError
@@ -208,7 +209,7 @@ def _python_bound(spec: KernelSpec, entry: tuple, g: tuple, b: tuple, shared_mem
     buf = ctypes.create_string_buffer(packed, max(len(packed), 1))
     base = ctypes.addressof(buf)
     pointers = (ctypes.c_void_p * max(len(spec.params), 1))(*[base + p.offset for p in spec.params])
-    call = (entry[0], *g, *b, shared_mem, stream, ctypes.addressof(pointers) if spec.params else 0, 0)
+    call = (entry[E_FUNCTION], *g, *b, shared_mem, stream, ctypes.addressof(pointers) if spec.params else 0, 0)
     cu_launch, success = _driver.cuLaunchKernel, _driver.SUCCESS
 
     def bound(*new_args: Any, **named: Any) -> None:

@@ -39,6 +39,7 @@ import torch
 from . import _checks, _driver
 from ._checks import CONVERTERS, MAX_GRID, Context
 from ._diagnose import MISSING, Fail
+from ._loader import E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT
 from ._spec import Arg, KernelSpec
 from ._types import POINTER_DTYPES, Param, struct_format
 from .errors import ArgumentTypeError, CudaError
@@ -222,14 +223,14 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         w.emit("_hs, _dev = _C.stream_of(stream, _ctx, _get_device)", 2)
     # the entry is held until the launch returns: it keeps the module loaded (Kernel.close)
     w.emit("_e = _entries.get(_dev) or _entry(_dev)")
-    w.emit("_fn = _e[0]")
+    w.emit(f"_fn = _e[{E_FUNCTION}]")
 
     if plan.block is None:
-        w.emit("if block.__class__ is int and 0 < block <= _e[1]:")
+        w.emit(f"if block.__class__ is int and 0 < block <= _e[{E_MAX_THREADS}]:")
         w.emit("_bx = block; _by = _bz = 1", 2)
         w.emit("else:")
         w.emit("_bx, _by, _bz = _C.dims(block, 'block', _ctx)", 2)
-        w.emit("if _bx * _by * _bz > _e[1]: _fail.block(_ctx, block, _e[1])", 2)
+        w.emit(f"if _bx * _by * _bz > _e[{E_MAX_THREADS}]: _fail.block(_ctx, block, _e[{E_MAX_THREADS}])", 2)
     else:
         w.emit(
             f"if block is not None and _C.dims(block, 'block', _ctx) != {plan.block}: _fail.fixed_block(_ctx, block, {plan.block})"
@@ -254,7 +255,7 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
     if not fast:  # the fast path's shared memory is the plan's, which loading already allowed
         w.emit("if shared_mem.__class__ is not int or shared_mem < 0:")
         w.emit("shared_mem = _C.shared_mem_value(_ctx, shared_mem)", 2)
-        w.emit("if shared_mem > _e[2]:")
+        w.emit(f"if shared_mem > _e[{E_SHARED_LIMIT}]:")
         w.emit("_raise_shared(_dev, shared_mem)", 2)
         w.emit("_e = _entries.get(_dev) or _entry(_dev)", 2)
 
