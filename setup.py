@@ -1,4 +1,4 @@
-"""The compiled launch executor, ``launchpad._claunch``: plain C on the CPython API.
+"""The compiled launch executor, ``launchpad.launch._claunch``: plain C on the CPython API.
 
 It needs a C compiler and Python's headers, nothing of CUDA, DLPack or torch (it declares the
 few types it uses). It is optional: where it cannot be built, ``pip install`` still installs
@@ -13,9 +13,9 @@ from setuptools import Extension, setup
 SOURCES = ["module.c", "plan.c", "launcher.c", "configured.c", "values.c", "bound.c", "dispatch.c"]
 
 claunch = Extension(
-    "launchpad._claunch",
-    sources=[f"launchpad/_claunch/{name}" for name in SOURCES],
-    depends=["launchpad/_claunch/claunch.h"],
+    "launchpad.launch._claunch",
+    sources=[f"launchpad/launch/_claunch/{name}" for name in SOURCES],
+    depends=["launchpad/launch/_claunch/claunch.h"],
     extra_compile_args=[
         "-O2",
         "-std=c11",

@@ -8,18 +8,11 @@ argument buffer, by the compiled executor where it is built and the Python one o
 
 from __future__ import annotations
 
-from ._artifact import load
-from ._cache import cache_dir
-from ._cpp import compile_cuda, compile_cuda_module, compile_cuda_object, link
-from ._executor import launch_path
-from ._loader import ModuleCallbacks
-from ._numba import from_numba
-from ._spec import Arg, KernelSpec, LaunchPlan
-from ._torch_op import torch_op
-from ._triton import from_triton
-from ._triton_cache import load_triton
-from ._triton_launcher import TritonLauncher, triton_launcher
-from ._types import Param
+from .core.artifact import load
+from .core.cache import cache_dir
+from .core.loader import ModuleCallbacks
+from .core.params import Param
+from .core.spec import Arg, KernelSpec, LaunchPlan
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -33,11 +26,20 @@ from .errors import (
     OutOfResources,
     UnsupportedVersion,
 )
+from .frontends.cpp.compiler import compile_cuda, compile_cuda_module, compile_cuda_object, link
+from .frontends.numba.frontend import from_numba
+from .frontends.triton.cache_folder import load_triton
+from .frontends.triton.in_process import from_triton
+from .frontends.triton.launcher import TritonLauncher, triton_launcher
 from .kernel import Kernel, from_image, load_cubin
+from .launch.executor import launch_path
+from .torch_ops import torch_op
 
 # isort: split
 # Converters for arguments that expand into several parameters, and launch hooks, register on import.
-from . import _numba_args, _tensordesc, _triton_hooks  # noqa: F401
+from .frontends.numba import args as _numba_args  # noqa: F401
+from .frontends.triton import hooks as _triton_hooks  # noqa: F401
+from .frontends.triton import tensordesc as _tensordesc  # noqa: F401
 
 __version__ = "0.3.0"
 

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ._environment import environment, file_size, gpu_status
-from ._format import format_table, human_bytes, layout_table
+from .reporting.environment import environment, file_size, gpu_status
+from .reporting.format import format_table, human_bytes, layout_table
 
 __all__ = ["main"]
 
@@ -95,7 +95,7 @@ def cmd_info(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     import launchpad
 
-    from . import _cache
+    from .core import cache as _cache
 
     ok, reason = gpu_status()
     arch = None if ok else DEMO_ARCH
@@ -145,7 +145,7 @@ def _demo_launch(kernel: Any, n: int) -> int:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ._binary import kernels_in_image, read_image
+    from .core.binary import kernels_in_image, read_image
     from .errors import LaunchpadError
 
     path = Path(args.file)
@@ -184,9 +184,9 @@ def _print_binary_kernel(k: Any, params: Sequence[Any] | None = None) -> None:
 
 
 def _inspect_artifact(path: Path) -> int:
-    from . import _artifact
-    from ._binary import kernels_in_image
-    from ._spec import LaunchPlan
+    from .core import artifact as _artifact
+    from .core.binary import kernels_in_image
+    from .core.spec import LaunchPlan
     from .errors import LaunchpadError
 
     try:
@@ -226,7 +226,7 @@ def _inspect_artifact(path: Path) -> int:
 
 
 def cmd_cache(args: argparse.Namespace) -> int:
-    from . import _cache
+    from .core import cache as _cache
 
     directory = _cache.cache_dir()
     found = _cache.entries()

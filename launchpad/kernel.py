@@ -1,8 +1,8 @@
-"""``Kernel``: a :class:`~launchpad._spec.KernelSpec` made launchable.
+"""``Kernel``: a :class:`~launchpad.core.spec.KernelSpec` made launchable.
 
 Every front end (C++, Triton, Numba) turns its input into a spec; ``Kernel(spec)`` owns the
-per-device loader (:mod:`launchpad._loader`) and the launch path built for that spec once
-(:mod:`launchpad._executor`: the compiled executor where it is built, the generated Python one
+per-device loader (:mod:`launchpad.core.loader`) and the launch path built for that spec once
+(:mod:`launchpad.launch.executor`: the compiled executor where it is built, the generated Python one
 otherwise). The image is loaded into a device on the first launch there.
 """
 
@@ -16,13 +16,13 @@ from typing import Any
 
 import torch
 
-from . import _executor
-from ._binary import BinaryKernel, kernels_in_image, read_image
-from ._checks import Context
-from ._loader import Loader, ModuleCallbacks
-from ._spec import KernelSpec
-from ._types import apply_signature, layout_from_signature, parse_signature
+from .core.binary import BinaryKernel, kernels_in_image, read_image
+from .core.loader import Loader, ModuleCallbacks
+from .core.params import apply_signature, layout_from_signature, parse_signature
+from .core.spec import KernelSpec
 from .errors import ArgumentError, BinaryError, LaunchpadError, NoDeviceError
+from .launch import executor as _executor
+from .launch.checks import Context
 
 __all__ = ["Kernel", "from_image", "load_cubin"]
 
@@ -212,7 +212,7 @@ class Kernel:
     def attributes(self, device: int | None = None) -> dict[str, int]:
         """Registers, static/dynamic/local/constant memory, max threads per block, PTX and
         binary versions, as the driver reports them for ``device`` (default: current)."""
-        from . import _driver
+        from .core import driver as _driver
 
         function = self._loader.function(self._device(device))
         return {name: _driver.function_attribute(function, name) for name in _driver.FUNCTION_ATTRIBUTES}
@@ -249,7 +249,7 @@ class Kernel:
 
     def to_json(self) -> dict:
         """The artifact :meth:`save` writes, without its ``sha256`` field."""
-        from . import _artifact
+        from .core import artifact as _artifact
 
         return _artifact.body(self.spec)
 
@@ -260,7 +260,7 @@ class Kernel:
         is written to a unique temporary file in the same directory and renamed over ``path``,
         so processes saving to the same path at once each leave a whole artifact, never a mix.
         """
-        from . import _artifact
+        from .core import artifact as _artifact
 
         callbacks = self._loader.callbacks
         if callbacks is not None and (callbacks.setup or callbacks.teardown):

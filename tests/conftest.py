@@ -25,7 +25,9 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import _checks, _driver, _executor
+from launchpad.core import driver as _driver
+from launchpad.launch import checks as _checks
+from launchpad.launch import executor as _executor
 
 HAS_GPU = torch.cuda.is_available()
 EXECUTORS = ["compiled", "python"]

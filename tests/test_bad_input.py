@@ -33,8 +33,10 @@ import pytest
 import torch
 
 import launchpad as lp
-from launchpad import _cache, _checks, _driver
-from launchpad._binary import arch_runs_on, cubin_arch, kernels_in_image
+from launchpad.core import cache as _cache
+from launchpad.core import driver as _driver
+from launchpad.core.binary import arch_runs_on, cubin_arch, kernels_in_image
+from launchpad.launch import checks as _checks
 
 try:
     import triton

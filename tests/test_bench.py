@@ -351,9 +351,9 @@ def _fake_entries(costs: dict[str, int]) -> list[Entry]:
 @pytest.fixture
 def fake_gpu_bench(monkeypatch):
     """The bench runner with fake launchers, no GPU and no fresh-process measurements."""
-    env = launchpad._environment.environment()
+    env = launchpad.reporting.environment.environment()
     env.update(gpu_available=True, no_gpu_reason="", devices=[{"name": "Fake GPU", "arch": "sm_90"}])
-    monkeypatch.setattr(launchpad._environment, "environment", lambda: env)
+    monkeypatch.setattr(launchpad.reporting.environment, "environment", lambda: env)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
     monkeypatch.setattr(context, "Context", lambda workdir, graph_kernels: SimpleNamespace(workdir=workdir))
 
@@ -524,7 +524,7 @@ def _floor_values():
 
 @pytest.mark.skipif(launchpad.launch_path()[0] != "compiled", reason="the C floor is in the compiled module")
 def test_c_floor_loop_passes_one_prepacked_launch(monkeypatch):
-    from launchpad import _driver
+    from launchpad.core import driver as _driver
 
     drv = RecordingDriver()
     monkeypatch.setattr(_driver, "launch_entry_points", lambda: (drv.address, 0, 0))
@@ -541,7 +541,7 @@ def test_c_floor_loop_passes_one_prepacked_launch(monkeypatch):
 
 
 def test_c_floor_needs_the_compiled_module(monkeypatch):
-    from launchpad import _executor
+    from launchpad.launch import executor as _executor
 
     monkeypatch.setattr(_executor, "_claunch", None)
     with pytest.raises(Missing, match="the C floor runs in launchpad's compiled module, which is unavailable"):

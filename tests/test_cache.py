@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import launchpad as lp
-from launchpad import _cache
+from launchpad.core import cache as _cache
 
 REPO = Path(__file__).resolve().parents[1]
 SOURCE = 'extern "C" __global__ void k(int* p) { p[0] = 42; }'
@@ -297,7 +297,7 @@ def test_processes_compiling_the_same_kernel_at_once_share_one_valid_entry(cache
 
 PUT_WORKER = """
     import pathlib, sys, time
-    from launchpad import _cache
+    from launchpad.core import cache as _cache
     ready, go, writer, size, rounds = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), *map(int, sys.argv[3:])
     ready.touch()
     while not go.exists():

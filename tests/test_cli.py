@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import _format, cli
+from launchpad import cli
+from launchpad.reporting import format as _format
 
 HAS_GPU = torch.cuda.is_available()
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from launchpad import CudaError, _driver
+from launchpad import CudaError
+from launchpad.core import driver as _driver
 
 CTX = {0: 0xC0, 1: 0xC1}
 SUCCESS = _driver.SUCCESS

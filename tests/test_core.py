@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import launchpad as lp
-from launchpad._binary import kernels_in_image, read_image
+from launchpad.core.binary import kernels_in_image, read_image
 
 SOURCE = r"""
 #include <cuda_fp16.h>
@@ -94,7 +94,7 @@ def test_template_instance_is_found_by_name_expression(module, tmp_path):
 def test_ptx_layout_agrees_with_the_cubin_in_sizes(module):
     from cuda.bindings import nvrtc  # PTX needs no driver through NVRTC directly
 
-    from launchpad._cpp import _cuda_include_dir
+    from launchpad.frontends.cpp.compiler import _cuda_include_dir
 
     _, prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"t.cu", 0, [], [])
     opts = [b"-arch=compute_90", f"-I{_cuda_include_dir()}".encode()]

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import launchpad as lp
-from launchpad import _cpp
-from launchpad._demangle import CType, kernel_parameter_types, probe_expression, type_word
+from launchpad.frontends.cpp import compiler as _cpp
+from launchpad.frontends.cpp.demangle import CType, kernel_parameter_types, probe_expression, type_word
 
 SOURCE = r"""
 #include <cuda_fp16.h>
@@ -62,7 +62,7 @@ def test_parameters_are_typed_by_the_compiler(kernels):
 
 
 def test_the_type_probes_stay_out_of_sight(kernels):
-    from launchpad._binary import kernels_in_image
+    from launchpad.core.binary import kernels_in_image
 
     names = kernels_in_image(kernels["mixed"].image, "cubin")
     assert names and not any("probe" in n for n in names)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import launchpad as lp
-from launchpad import _pylaunch
+from launchpad.launch import pylaunch as _pylaunch
 
 pytestmark = pytest.mark.skipif(bool(executor_available("compiled")), reason=executor_available("compiled") or "")
 

@@ -14,8 +14,8 @@ import pytest
 from conftest import FakeGPU
 
 import launchpad as lp
-from launchpad import _driver
-from launchpad._loader import LoadedModule
+from launchpad.core import driver as _driver
+from launchpad.core.loader import LoadedModule
 
 SOURCE = 'extern "C" __global__ void scale(float* y, const float* x, float a, int n) {}'
 

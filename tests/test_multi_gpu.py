@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import launchpad as lp
-from launchpad import _driver
+from launchpad.core import driver as _driver
 
 pytest.importorskip("triton")
 pytest.importorskip("numba.cuda")

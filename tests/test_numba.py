@@ -20,9 +20,11 @@ from numba import cuda
 from numba.cuda import types
 
 import launchpad as lp
-from launchpad import _driver, _numba, _numba_compile
-from launchpad._binary import kernels_in_image
-from launchpad._checks import RawStream
+from launchpad.core import driver as _driver
+from launchpad.core.binary import kernels_in_image
+from launchpad.frontends.numba import compile as _numba_compile
+from launchpad.frontends.numba import frontend as _numba
+from launchpad.launch.checks import RawStream
 
 ARCH = "sm_90"
 CC = (9, 0)
@@ -625,9 +627,9 @@ def test_numba_typing_errors_are_compile_errors():
 
 def test_layout_checks_agree_with_torch_contiguity():
     """The C and F layout checks accept exactly what torch calls contiguous (F: reversed dims)."""
-    from launchpad._checks import Context
-    from launchpad._numba_args import array_converter
-    from launchpad._spec import Arg
+    from launchpad.core.spec import Arg
+    from launchpad.frontends.numba.args import array_converter
+    from launchpad.launch.checks import Context
 
     base = torch.randn(4, 5, 6)
     views = [

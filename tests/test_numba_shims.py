@@ -28,8 +28,9 @@ from numba.cuda.random import xoroshiro128p_type, xoroshiro128p_uniform_float32
 from test_numba import FakeCAI, q
 
 import launchpad as lp
-from launchpad import _driver, _numba_args
-from launchpad._loader import Loader, ModuleCallbacks
+from launchpad.core import driver as _driver
+from launchpad.core.loader import Loader, ModuleCallbacks
+from launchpad.frontends.numba import args as _numba_args
 
 ARCH = "sm_90"
 
@@ -111,7 +112,7 @@ extern "C" __device__ int get_num(int &retval) { retval = num; return 0; }
 
 
 class FakeLibrary:
-    """What :func:`launchpad._driver.load_library` returns in place of a cuda.core ObjectCode."""
+    """What :func:`launchpad.core.driver.load_library` returns in place of a cuda.core ObjectCode."""
 
     handle = 0xABC
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import launchpad as lp
-from launchpad import _driver
+from launchpad.core import driver as _driver
 
 SOURCE = r"""
 extern "C" __global__ void copy(const float* x, float* y, int n) {

@@ -15,8 +15,9 @@ import pytest
 import torch
 
 import launchpad as lp
-from launchpad import _driver, _tensordesc
-from launchpad._loader import LoadedModule
+from launchpad.core import driver as _driver
+from launchpad.core.loader import LoadedModule
+from launchpad.frontends.triton import tensordesc as _tensordesc
 
 SOURCE = 'extern "C" __global__ void scale(float* y, const float* x, float a, int n) {}'
 

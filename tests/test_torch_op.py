@@ -16,7 +16,8 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import launchpad as lp
-from launchpad import _checks, _torch_op
+from launchpad import torch_ops as _torch_op
+from launchpad.launch import checks as _checks
 
 ARCH = "sm_90"
 

@@ -17,10 +17,13 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import _driver, _tensordesc, _triton_cache, _triton_spec
-from launchpad import _triton as lpt
-from launchpad._binary import kernels_in_image
-from launchpad._checks import same_value
+from launchpad.core import driver as _driver
+from launchpad.core.binary import kernels_in_image
+from launchpad.frontends.triton import cache_folder as _triton_cache
+from launchpad.frontends.triton import in_process as lpt
+from launchpad.frontends.triton import spec as _triton_spec
+from launchpad.frontends.triton import tensordesc as _tensordesc
+from launchpad.launch.checks import same_value
 
 triton = pytest.importorskip("triton")
 tl = pytest.importorskip("triton.language")
@@ -589,7 +592,7 @@ def test_device_descriptor_allocates_global_scratch(compiled, fake_gpu, monkeypa
         calls.append((nbytes, align, dev, stream))
         return object(), 0xA000
 
-    monkeypatch.setattr(launchpad._checks, "scratch", scratch)  # before the executors are made
+    monkeypatch.setattr(launchpad.launch.checks, "scratch", scratch)  # before the executors are made
     k = fake_gpu.install(launchpad.from_triton(compiled["device_desc"]))
     x, out = aligned(128 * 64, torch.float16), aligned(128 * 64, torch.float16)
     k[(2, 1)](x, out, 128, 64, 64, 64)
@@ -739,7 +742,7 @@ class BlockTriton:
 
 sys.meta_path.insert(0, BlockTriton())
 import launchpad
-from launchpad._checks import CONVERTERS
+from launchpad.launch.checks import CONVERTERS
 
 out = {"folders": [launchpad.load_triton(p).to_json() for p in json.loads(sys.argv[1])],
        "artifacts": [launchpad.load(p).to_json() for p in json.loads(sys.argv[2])],
@@ -782,7 +785,7 @@ def test_tensordesc_converter_entry_points_agree(compiled):
     (arg,) = [a for a in k.args if a.kind == "expand"]
     base = aligned(128 * 192, torch.float16).view(128, 192)
     desc = descriptor(base, [64, 64], "nan" if HAS_PADDING else "zero")
-    plain = launchpad._checks.CONVERTERS["tensordesc"](desc, -1, 0, k._context, arg, **arg.options)
+    plain = launchpad.launch.checks.CONVERTERS["tensordesc"](desc, -1, 0, k._context, arg, **arg.options)
     special = _tensordesc.tensordesc.specialize(**arg.options)(desc, -1, 0, k._context, arg)
     flags = {"padding": HAS_PADDING, "round_f32_to_tf32": False}
     assert (
@@ -822,7 +825,7 @@ def test_triton_3_4_layout_one_scratch_pointer_and_wide_bools(compiled, fake_gpu
     assert fake_gpu.last.params == [q(x.data_ptr()), q(out.data_ptr()), b"\x01\0\0\0", i32(7), *NULL_SCRATCH]
 
 
-# --- one test per rule that changed between Triton versions (see launchpad._triton_versions) ------
+# --- one test per rule that changed between Triton versions (see launchpad.frontends.triton.versions) ------
 
 
 def test_versions_outside_the_supported_range_are_refused(compiled):
@@ -840,7 +843,7 @@ def test_versions_outside_the_supported_range_are_refused(compiled):
 
 
 def test_installed_triton_outside_the_range_is_refused(monkeypatch):
-    from launchpad import _triton_versions
+    from launchpad.frontends.triton import versions as _triton_versions
 
     monkeypatch.setattr(triton, "__version__", "3.10.0")
     with pytest.raises(
@@ -894,7 +897,7 @@ def test_pointer_form_descriptor_flags_by_version(compiled, fake_gpu, version, f
 def test_tma_descriptor_tf32_and_fp4_rules_by_version(compiled, monkeypatch, version, tf32, doubled):
     """TF32 maps from 3.7; an fp4-padded descriptor passes its doubled last dimension as the i32
     shape in 3.5 and 3.6 only (every version encodes it doubled)."""
-    from launchpad._triton_versions import Convention, parse_version
+    from launchpad.frontends.triton.versions import Convention, parse_version
 
     conv = Convention(parse_version(version))
     calls = fake_encoder(monkeypatch)
@@ -939,7 +942,7 @@ def test_tma_descriptor_tf32_and_fp4_rules_by_version(compiled, monkeypatch, ver
 def test_ttir_of_each_version_groups_tuples_and_descriptors():
     """Up to 3.7 every part of an argument carries its name; from 3.8 tuple items are ``t.0`` and a
     descriptor's parts ``d.shape.0``, ``d.padding``... (real TTIR lines of both)."""
-    from launchpad._triton_versions import Convention
+    from launchpad.frontends.triton.versions import Convention
 
     old = """tt.func public @k(%out: !tt.ptr<f32> {tt.divisibility = 16 : i32} loc("out"(#loc)), %t: !tt.ptr<f32> loc("t"(#loc)),
       %t_0: f32 loc("t"(#loc)), %d: !tt.ptr<f16> loc("d"(#loc)), %d_1: i64 loc("d"(#loc)), %d_2: i64 loc("d"(#loc)),

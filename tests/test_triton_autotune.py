@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import _triton_launcher as lpt
+from launchpad.frontends.triton import launcher as lpt
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402

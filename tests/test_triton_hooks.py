@@ -9,7 +9,7 @@ import contextlib
 import pytest
 
 import launchpad
-from launchpad import _triton_launcher as lpt
+from launchpad.frontends.triton import launcher as lpt
 
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402

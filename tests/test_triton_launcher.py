@@ -13,8 +13,9 @@ import pytest
 import torch
 
 import launchpad
-from launchpad import _driver, _tensordesc
-from launchpad import _triton_launcher as lpt
+from launchpad.core import driver as _driver
+from launchpad.frontends.triton import launcher as lpt
+from launchpad.frontends.triton import tensordesc as _tensordesc
 
 triton = pytest.importorskip("triton")
 import triton_kernels as K  # noqa: E402
@@ -187,9 +188,9 @@ def test_errors_match_triton(env):
 def test_one_launcher_per_function():
     assert launchpad.triton_launcher(K.rowsum_kernel) is launchpad.triton_launcher(K.rowsum_kernel)
     other = launchpad.triton_launcher(K.rowsum_kernel, target=SM90)
-    assert isinstance(other, launchpad._triton_launcher.TritonLauncher) and other is not launchpad.triton_launcher(
-        K.rowsum_kernel
-    )
+    assert isinstance(
+        other, launchpad.frontends.triton.launcher.TritonLauncher
+    ) and other is not launchpad.triton_launcher(K.rowsum_kernel)
     run = launchpad.triton_launcher(K.rowsum_kernel).run
     compiled = launchpad.launch_path()[0] == "compiled"
     assert type(run).__name__ == ("Dispatcher" if compiled else "method")

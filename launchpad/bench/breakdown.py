@@ -51,7 +51,7 @@ STEPS = ("current device", "device entry", "grid, block, shared memory", "stream
 
 def _profile_steps(launches: dict) -> None:
     """With a profiling build of the compiled module (LAUNCHPAD_CFLAGS=-DLP_PROFILE): ns per step."""
-    from launchpad import _executor
+    from launchpad.launch import executor as _executor
 
     profile = getattr(_executor._claunch, "_profile", None)
     if profile is None:

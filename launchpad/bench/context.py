@@ -288,11 +288,12 @@ def user_args(kernel: Any, args: Sequence[Any], constexprs: int) -> tuple[Any, .
 
 
 class CFloor:
-    """The floor: ``cuLaunchKernel`` called from a C loop (``launchpad._claunch.launch_loop``), on
+    """The floor: ``cuLaunchKernel`` called from a C loop (``launchpad.launch._claunch.launch_loop``), on
     a function launchpad loaded from the same cubin, with the parameters packed once."""
 
     def __init__(self, device: int):
-        from launchpad import _driver, _executor
+        from launchpad.core import driver as _driver
+        from launchpad.launch import executor as _executor
 
         if _executor._claunch is None:
             raise Missing(f"the C floor runs in launchpad's compiled module, which is unavailable: "
@@ -300,7 +301,7 @@ class CFloor:
         self.loop = _executor._claunch.launch_loop
         self.launch = _driver.launch_entry_points()[0]
         self.device = device
-        self.compiler = "launchpad._claunch"
+        self.compiler = "launchpad.launch._claunch"
 
     def load(self, kernel: Any) -> int:
         """The function address of a launchpad kernel on this device (loaded once)."""
@@ -316,7 +317,7 @@ class CFloor:
         def batch(count: int, _keep: Any = (values, params)) -> None:
             err = loop(launch, function, count, (grid, 1, 1), (block, 1, 1), 0, stream or 0, address)
             if err:
-                from launchpad import _driver
+                from launchpad.core import driver as _driver
 
                 name, message = _driver.error_text(err)
                 raise RuntimeError(f"cuLaunchKernel failed in the C loop: {name}: {message}")

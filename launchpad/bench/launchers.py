@@ -19,14 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .context import (
-    CPP_NAME,
-    CPP_SOURCE,
-    NUMBA_SIGNATURE,
-    TRITON_BLOCK,
-    Context,
-    N,
-)  # fmt: skip
+from .context import CPP_NAME, CPP_SOURCE, NUMBA_SIGNATURE, TRITON_BLOCK, Context, N  # fmt: skip
 from .harness import Entry, Missing, Timed, describe
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._format import format_table  # the one text-table formatter (the CLI's)
+from ..reporting.format import format_table  # the one text-table formatter (the CLI's)
 from .harness import median_of
 
 __all__ = [

@@ -102,7 +102,7 @@ def selected(key: str, patterns: Sequence[str]) -> bool:
 
 
 def versions(env: dict[str, Any]) -> dict[str, Any]:
-    """The flat version record of a report, from :func:`launchpad._environment.environment`."""
+    """The flat version record of a report, from :func:`launchpad.reporting.environment.environment`."""
     dev = env["devices"][0] if env["devices"] else {}
     return {
         "python": env["python"],
@@ -311,7 +311,7 @@ def run(
         return 2
     # Numba warns on every launch of a grid under 128 blocks; the warning is not a launch cost.
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
-    from .._environment import environment
+    from ..reporting.environment import environment
 
     env = environment()
     gpu = env["gpu_available"]

@@ -1,0 +1,130 @@
+"""Saved kernels: a :class:`~launchpad.core.spec.KernelSpec` as a self-contained JSON file.
+
+Format version 3: ``{"format": "launchpad.kernel", "version": 3, **spec.to_json(), "sha256"}``,
+the digest over the canonical JSON of everything else. Version 2 (launchpad 0.1) differs only in
+its launch plan's field names and is read too; version 1 (no digest) is refused. Writes go
+through a unique temporary file and an atomic rename. :func:`read` is the one parser: ``load``
+and ``python -m launchpad inspect`` both use it, so both check the digest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import secrets
+from pathlib import Path
+from typing import Any
+
+from ..errors import BinaryError, LaunchpadError
+from .spec import KernelSpec
+
+__all__ = ["ARTIFACT_FORMAT", "ARTIFACT_VERSION", "load", "read", "save"]
+
+ARTIFACT_FORMAT = "launchpad.kernel"
+ARTIFACT_VERSION = 3
+_READABLE = (2, 3)
+
+
+def body(spec: KernelSpec) -> dict[str, Any]:
+    """An artifact's content, without its ``sha256`` field."""
+    return {"format": ARTIFACT_FORMAT, "version": ARTIFACT_VERSION, **spec.to_json()}
+
+
+def digest(content: dict) -> str:
+    """SHA-256 of an artifact's content in canonical JSON (sorted keys, no spaces)."""
+    return hashlib.sha256(json.dumps(content, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def save(spec: KernelSpec, path: str | Path) -> Path:
+    """Write ``spec`` to ``path`` (see the module documentation)."""
+    path = Path(path)
+    content = json.loads(json.dumps(body(spec)))  # as read() will see it
+    text = json.dumps({**content, "sha256": digest(content)})
+    # a name no other writer uses; created like any file (0o666 less the umask), unlike mkstemp's 0o600
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def _name_in(text: str) -> str:
+    """`` (kernel 'name')`` from the start of an artifact that does not parse, or ``""``.
+
+    :func:`save` writes the kernel's names first, so a truncated artifact usually has them.
+    """
+    m = re.search(r'"display_name": ("(?:[^"\\]|\\.)*")', text[:4096])
+    try:
+        return f" (kernel {json.loads(m.group(1))!r})" if m else ""
+    except ValueError:
+        return ""
+
+
+def read(path: str | Path) -> KernelSpec:
+    """The spec saved at ``path``, after checking its format, version and digest.
+
+    Raises
+    ------
+    BinaryError
+        The file is not a launchpad artifact (random bytes included), is of another format
+        version, or is damaged: truncated, or modified after it was written (its SHA-256 does
+        not match). Nothing of it is used then.
+    LaunchpadError
+        The file cannot be read.
+    """
+    where = f"launchpad artifact {str(path)!r}"
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as exc:
+        raise LaunchpadError(f"cannot read {where}: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise BinaryError(
+            f"{str(path)!r} is not a launchpad kernel artifact: it is not text ({raw[:8]!r}...)"
+        ) from None
+    try:
+        d = json.loads(text)
+    except ValueError as exc:
+        raise BinaryError(f"{where}{_name_in(text)} is damaged or truncated: it is not valid JSON ({exc})") from None
+    if not isinstance(d, dict) or d.get("format") != ARTIFACT_FORMAT:
+        raise BinaryError(f"{str(path)!r} is not a launchpad kernel artifact (format {ARTIFACT_FORMAT!r})")
+    kernel = d.get("display_name") or d.get("name")
+    what = f"{where} (kernel {kernel!r})" if isinstance(kernel, str) else where
+    if d.get("version") not in _READABLE:
+        raise BinaryError(
+            f"{what} has format version {d.get('version')!r}, this launchpad reads versions "
+            f"{', '.join(map(str, _READABLE))}; save the kernel again with this version"
+        )
+    recorded = d.pop("sha256", None)
+    if recorded != digest(d):
+        raise BinaryError(f"{what} was modified or damaged after it was saved: its SHA-256 does not match its content")
+    try:
+        return KernelSpec.from_json(d)
+    except (KeyError, TypeError, ValueError) as exc:  # consistent but not what save() writes
+        raise BinaryError(f"{what} is not a valid artifact: {type(exc).__name__}: {exc}") from None
+
+
+def load(path: str | Path) -> Any:
+    """Load an artifact written by :meth:`Kernel.save <launchpad.Kernel.save>` as a
+    :class:`~launchpad.Kernel`; needs neither Triton nor Numba.
+
+    Raises
+    ------
+    BinaryError
+        The file is not a launchpad artifact, is of another format version, or is damaged.
+    LaunchpadError
+        The file cannot be read.
+    """
+    from ..kernel import Kernel
+
+    return Kernel(read(path))

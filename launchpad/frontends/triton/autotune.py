@@ -1,0 +1,212 @@
+"""``@triton.autotune`` and ``@triton.heuristics`` kernels through ``triton_launcher``.
+
+:func:`wrap` turns a Triton kernel object into a launcher of the same shape: a JIT function
+into a :class:`~launchpad.TritonLauncher`, an ``Autotuner`` into an :class:`AutotunedLauncher`
+and a ``Heuristics`` into a :class:`HeuristicsLauncher`, each around the launcher of what it
+wraps, so the decorators stack in any order as they do in Triton. They follow Triton's semantics
+(``triton/runtime/autotuner.py``): heuristics computed from the arguments on every call; configs
+chosen per value of the ``key`` arguments (and the dtypes of tensor arguments), after
+``prune_configs_by``; while tuning, ``reset_to_zero``/``restore_value`` and the pre and post hooks
+around every timed launch, timed with the autotuner's own ``do_bench`` (its ``warmup``/``rep``
+included). The timed launches, and every launch after tuning, go through launchpad: each config
+gets a launcher with its compile options fixed, so a tuned call is a key lookup and the compiled
+dispatch. Not carried over: the on-disk cache of tuning results (``cache_results``) and the
+autotuning listener knob.
+"""
+
+from __future__ import annotations
+
+import builtins
+import functools
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import CompileError, OutOfResources
+
+__all__ = ["AutotunedLauncher", "HeuristicsLauncher", "wrap"]
+
+
+def wrap(fn: Any, target: Any) -> Any:
+    """The launcher of a JIT function, or of an autotuned or heuristics-wrapped one."""
+    from .launcher import TritonLauncher
+
+    kind = type(fn).__name__
+    if kind == "Autotuner" and hasattr(fn, "configs"):
+        return AutotunedLauncher(fn, wrap(fn.fn, target))
+    if kind == "Heuristics" and hasattr(fn, "values"):
+        return HeuristicsLauncher(fn, wrap(fn.fn, target))
+    return TritonLauncher(fn, target)
+
+
+class _Wrapper:
+    """What the wrapping launchers share: ``launcher[grid](...)`` and a child per compile options."""
+
+    def __init__(self, wrapped: Any, inner: Any):
+        self.wrapped = wrapped  # Triton's Autotuner or Heuristics
+        self.inner = inner  # the launcher of what it wraps
+        self.fn = inner.fn  # the JIT function at the bottom
+        self.arg_names = list(wrapped.arg_names)
+        self._children: dict[tuple, Any] = {}
+
+    def __getitem__(self, grid: Any) -> Callable[..., None]:
+        return functools.partial(self.run, grid)
+
+    def with_options(self, options: dict) -> Any:
+        key = tuple(sorted(options.items(), key=lambda kv: kv[0]))
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._copy(self.inner.with_options(options))
+        return child
+
+    def _copy(self, inner: Any) -> Any:
+        return type(self)(self.wrapped, inner)
+
+    def run(self, grid: Any, *args: Any, **kwargs: Any) -> None:
+        raise NotImplementedError
+
+
+class HeuristicsLauncher(_Wrapper):
+    """``@triton.heuristics``: each value computed from the arguments, then the wrapped launch."""
+
+    def run(self, grid: Any, *args: Any, **kwargs: Any) -> None:
+        for name, heuristic in self.wrapped.values.items():  # as Heuristics.run: each sees those before it
+            kwargs[name] = heuristic({**dict(zip(self.arg_names, args)), **kwargs})
+        return self.inner.run(grid, *args, **kwargs)
+
+    def warmup(self, *args: Any, **kwargs: Any) -> Any:
+        for name, heuristic in self.wrapped.values.items():
+            kwargs[name] = heuristic({**dict(zip(self.arg_names, args)), **kwargs})
+        return self.inner.warmup(*args, **kwargs)
+
+
+class AutotunedLauncher(_Wrapper):
+    """``@triton.autotune``: the best config per key, found by timing launchpad launches.
+
+    Attributes
+    ----------
+    cache : dict
+        The chosen ``triton.Config`` per key, as tuned so far.
+    best_config
+        The config of the last launch.
+    configs_timings : dict
+        The timings of the last tuning: config -> [median, p20, p80] ms.
+    """
+
+    def __init__(self, wrapped: Any, inner: Any):
+        super().__init__(wrapped, inner)
+        self.cache: dict[tuple, Any] = {}
+        self.best_config: Any = None
+        self.configs_timings: dict[Any, list[float]] = {}
+        self._per_config: dict[Any, Any] = {}
+
+    def _copy(self, inner: Any) -> Any:
+        child = type(self)(self.wrapped, inner)
+        child.cache = self.cache  # tuning results hold whatever options the caller adds
+        return child
+
+    def _launcher(self, config: Any) -> Any:
+        """The launcher of one config: its compile options fixed (made once per config)."""
+        launcher = self._per_config.get(config)
+        if launcher is None:
+            options = {k: v for k, v in config.all_kwargs().items() if k not in config.kwargs}
+            launcher = self._per_config[config] = self.inner.with_options(options)
+        return launcher
+
+    def _key(self, args: tuple, kwargs: dict) -> tuple:
+        """Autotuner.run's key: the key arguments' values, then the dtype of every tensor argument."""
+        named = {k: v for k, v in {**dict(zip(self.arg_names, args)), **kwargs}.items() if k in self.arg_names}
+        key = [named[k] for k in self.wrapped.keys if k in named]
+        key += [str(v.dtype) for v in named.values() if hasattr(v, "dtype")]
+        return tuple(key)
+
+    def run(self, grid: Any, *args: Any, **kwargs: Any) -> None:
+        tuner = self.wrapped
+        if len(tuner.configs) > 1:
+            key = self._key(args, kwargs)
+            config = self.cache.get(key)
+            if config is None:
+                config = self._tune(key, grid, args, kwargs)
+        else:
+            config = tuner.configs[0]
+        self.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**dict(zip(self.arg_names, args)), **kwargs, **config.all_kwargs()})
+        return self._launcher(config).run(grid, *args, **kwargs, **config.kwargs)
+
+    def prune(self, args: tuple, kwargs: dict) -> list[Any]:
+        """``prune_configs_by``: ``early_config_prune``, then the ``perf_model``'s ``top_k``."""
+        tuner = self.wrapped
+        nargs = dict(zip(self.arg_names, args))
+        configs = tuner.configs
+        if tuner.early_config_prune:
+            configs = tuner.early_config_prune(configs, nargs, **kwargs)
+            if not configs:
+                raise ValueError("no autotuning config is left after early_config_prune; it must return at least one")
+        if tuner.perf_model:
+            top_k = tuner.configs_top_k
+            if isinstance(top_k, float) and top_k <= 1.0:
+                top_k = max(1, int(len(configs) * top_k))
+            if len(configs) > top_k:
+                estimate = {c: tuner.perf_model(**nargs, **kwargs, **c.all_kwargs()) for c in configs}
+                configs = sorted(estimate, key=estimate.__getitem__)[:top_k]
+        return list(configs)
+
+    def _tune(self, key: tuple, grid: Any, args: tuple, kwargs: dict) -> Any:
+        tuner = self.wrapped
+        configs = self.prune(args, kwargs)
+        if len(configs) == 1:
+            self.cache[key] = configs[0]
+            return configs[0]
+        nargs = dict(zip(self.arg_names, args))
+        timings = {config: self._bench(config, grid, args, kwargs, nargs) for config in configs}
+        best = builtins.min(timings, key=timings.__getitem__)
+        self.cache[key] = best
+        self.configs_timings = timings
+        tuner.pre_hook({**nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
+        return best
+
+    def _bench(self, config: Any, grid: Any, args: tuple, kwargs: dict, nargs: dict) -> list[float]:
+        tuner = self.wrapped
+        conflicts = kwargs.keys() & config.kwargs.keys()
+        if conflicts:
+            raise ValueError(f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}. "
+                             "Make sure that you don't re-define auto-tuned symbols.")  # fmt: skip
+        full = {**nargs, **kwargs, **config.all_kwargs()}
+        launch = self._launcher(config).run
+
+        def kernel_call() -> None:
+            if config.pre_hook:
+                config.pre_hook(full)
+            tuner.pre_hook(full)
+            try:
+                launch(grid, *args, **kwargs, **config.kwargs)
+            except Exception as exc:
+                try:
+                    tuner.post_hook(full, exception=exc)
+                finally:
+                    raise
+            tuner.post_hook(full, exception=None)
+
+        try:
+            return tuner.do_bench(kernel_call, quantiles=(0.5, 0.2, 0.8))
+        except (OutOfResources, CompileError) as exc:
+            if _is_resource_error(exc):
+                return [float("inf")] * 3
+            raise
+        except Exception as exc:  # Triton's OutOfResources, PTXASError, CompileTimeAssertionFailure
+            if type(exc).__name__ in ("OutOfResources", "PTXASError", "CompileTimeAssertionFailure"):
+                return [float("inf")] * 3
+            raise
+
+    def warmup(self, *args: Any, **kwargs: Any) -> list[Any]:
+        """Compile every config that pruning keeps, without launching."""
+        return [self._launcher(c).warmup(*args, **kwargs, **c.kwargs) for c in self.prune(args, kwargs)]
+
+
+def _is_resource_error(exc: Exception) -> bool:
+    """A config this device cannot run (too much shared memory, a ptxas resource error): it is
+    skipped while tuning, as Triton's autotuner skips it."""
+    if isinstance(exc, OutOfResources):
+        return True
+    cause = exc.__cause__
+    return type(cause).__name__ in ("OutOfResources", "PTXASError", "CompileTimeAssertionFailure")

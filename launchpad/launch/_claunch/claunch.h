@@ -1,0 +1,246 @@
+/* launchpad.launch._claunch: the compiled launch executor.
+ *
+ * It executes the same kernel description (KernelSpec) as the generated Python executor, from a
+ * plan of operations compiled once per kernel by launchpad/launch/executor.py. Per launch it reads
+ * torch tensors through the DLPack C exchange API torch exposes on its tensor type, checks and
+ * packs every argument into a buffer on the C stack, and calls cuLaunchKernel(Ex) through an
+ * address the driver layer looked up (cuGetProcAddress) with the GIL released.
+ *
+ * It only detects: on anything it does not take, or any check that fails, it hands the very
+ * same call to the Python executor, which launches it or raises the error with its message.
+ * So both executors give the same bytes to the driver and the same exceptions to the user.
+ *
+ * Built without CUDA, DLPack or torch headers: the few types it needs are declared here with
+ * their ABI (CUDA handles are pointers, CUresult is an int; DLPack as torch's ATen/dlpack.h,
+ * version 1.3).
+ */
+#ifndef LAUNCHPAD_CLAUNCH_H
+#define LAUNCHPAD_CLAUNCH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* --- CUDA driver ABI -------------------------------------------------------------------------- */
+
+typedef int CUresult;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+
+typedef struct {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int value;
+        struct { unsigned int x, y, z; } dim;
+    } value;
+} CUlaunchAttribute;
+
+typedef struct {
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    CUlaunchAttribute *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+typedef CUresult (*LaunchFn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+                             unsigned int, unsigned int, CUstream, void **, void **);
+typedef CUresult (*LaunchExFn)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*CtxGetDeviceFn)(int *);
+
+enum {
+    LP_ATTR_COOPERATIVE = 2,
+    LP_ATTR_CLUSTER_DIMENSION = 4,
+    LP_ATTR_CLUSTER_SCHEDULING = 5,
+    LP_ATTR_PROGRAMMATIC_SERIALIZATION = 6,
+    LP_ATTR_SHARED_MEMORY_MODE = 18,
+    LP_CLUSTER_SPREAD = 1,
+    LP_SHARED_MEMORY_OVERSIZED = 3,
+    LP_OVERSIZED_LAUNCH_BYTES = 228 * 1024,
+};
+
+/* --- DLPack exchange API (DLPack 1.3) -------------------------------------------------------- */
+
+enum { kDLCPU = 1, kDLCUDA = 2 };
+
+typedef struct { uint32_t major, minor; } DLPackVersion;
+typedef struct { int32_t device_type; int32_t device_id; } DLDevice;
+typedef struct { uint8_t code; uint8_t bits; uint16_t lanes; } DLDataType;
+typedef struct {
+    void *data;
+    DLDevice device;
+    int32_t ndim;
+    DLDataType dtype;
+    int64_t *shape;
+    int64_t *strides;
+    uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLPackExchangeAPIHeader {
+    DLPackVersion version;
+    struct DLPackExchangeAPIHeader *prev_api;
+} DLPackExchangeAPIHeader;
+
+typedef struct {
+    DLPackExchangeAPIHeader header;
+    void *managed_tensor_allocator;
+    void *managed_tensor_from_py_object_no_sync;
+    void *managed_tensor_to_py_object_no_sync;
+    int (*dltensor_from_py_object_no_sync)(void *py_object, DLTensor *out);
+    int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_stream);
+} DLPackExchangeAPI;
+
+/* The exchange API of a tensor type, or NULL (no exception) when it has none or an unknown major version. */
+const DLPackExchangeAPI *lp_exchange_api(PyObject *tensor_type);
+/* The interned names the launcher compares keywords with. */
+extern PyObject *lp_str_stream, *lp_str_shared_mem, *lp_str_calls;
+
+/* --- the plan --------------------------------------------------------------------------------- */
+
+/* How one parameter slot is packed (the type word's family and width). */
+enum SlotKind {
+    SK_POINTER, SK_INT, SK_UINT, SK_BOOL, SK_F16, SK_BF16, SK_F32, SK_F64, SK_BYTES, SK_UNTYPED,
+};
+
+typedef struct {
+    uint32_t offset;   /* byte offset in the parameter buffer */
+    uint32_t size;     /* bytes */
+    uint8_t kind;      /* enum SlotKind */
+} Slot;
+
+enum OpKind {
+    OP_VALUE,        /* one argument into one slot */
+    OP_CONST,        /* an argument the kernel was specialized on: checked, not packed */
+    OP_SCRATCH,      /* a hidden per-launch allocation */
+    OP_NUMBA_ARRAY,  /* Numba's array ABI: 5 + 2 * ndim slots */
+    OP_EXPAND,       /* a Python converter gives the values of several slots */
+};
+
+#define LP_MAX_DEPTH 4
+
+typedef struct {
+    uint8_t kind;           /* enum OpKind */
+    uint8_t depth;          /* indices into nested tuples after the position */
+    uint16_t position;      /* argument position */
+    uint16_t sub[LP_MAX_DEPTH];
+    uint32_t dtype;         /* DLPack code | bits << 8 | lanes << 16 the tensor must have; 0: any */
+    int64_t align;          /* pointer alignment to check; scratch alignment */
+    int64_t multiple_of;    /* an int's promised divisor */
+    int64_t size;           /* scratch bytes per block; Numba itemsize */
+    int ndim;               /* Numba array rank */
+    char layout;            /* Numba layout: 'C', 'F' or 'A' */
+    int flags;              /* OP_CONST: 1 = value not recorded; OP_SCRATCH: 1 = zero-fill */
+    Slot *slots;            /* nslots slots (owned) */
+    Py_ssize_t nslots;
+    PyObject *obj;          /* OP_CONST: the value; OP_EXPAND: the converter */
+    PyObject *arg;          /* OP_EXPAND: the Arg, passed to the converter */
+} Op;
+
+/* A kernel's launch plan and the Python objects it calls back. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Op *ops;
+    Py_ssize_t nops;
+    uint32_t *offsets;          /* parameter offsets, in parameter order */
+    Py_ssize_t nparams;
+    Py_ssize_t buffer_size;
+    Py_ssize_t nargs_min, nargs_max;
+    int fixed_block[3];         /* 0: the launch chooses */
+    int shared_default;
+    int scale[3];               /* grid multiplier per dimension */
+    int cluster[3];             /* 0: none */
+    int spread, cooperative, pdl, oversized;
+    PyObject *entries;          /* dict: device -> entry tuple (the loader's) */
+    PyObject *entry_fn;         /* loader.entry(device) */
+    PyObject *python_launch;    /* the Python executor's launch: every fallback goes there */
+    PyObject *get_device;       /* () -> int */
+    PyObject *get_stream;       /* (device) -> int, or NULL: DLPack's current_work_stream */
+    PyObject *scratch_fn;       /* (nbytes, align, device, stream, zero) -> (owner, address) */
+    PyObject *same_value;       /* (a, b) -> bool */
+    PyObject *coresident;       /* (device, threads, shared) -> int */
+    PyObject *ctx;              /* the kernel's checks context, for converters */
+    /* launch hooks (NULL: none): the dict of the object holding them, their names, and the
+     * ``calls`` lists of the hook chains its class holds (None where the class holds none); a
+     * set hook sends the launch to Python */
+    PyObject *hooks_dict, *hook_names, *hook_calls;
+    PyObject *tensor_types;     /* tuple: the tensor classes read through DLPack (torch.Tensor, Parameter) */
+    const DLPackExchangeAPI *api;
+    /* the driver's current-device query, from the first entry that gives it; NULL: get_device */
+    CtxGetDeviceFn ctx_get_device;
+    /* the last entry read, and what it says (read under the GIL, copied before it is released) */
+    PyObject *entry;
+    CUfunction function;
+    long max_threads, shared_limit;
+    LaunchFn launch;
+    LaunchExFn launch_ex;
+    PyObject *weakreflist;
+} Launcher;
+
+extern PyTypeObject Launcher_Type;
+extern PyTypeObject Configured_Type;
+extern PyTypeObject Bound_Type;
+extern PyTypeObject Dispatcher_Type;
+
+/* One launch's state: everything read from the entry and the arguments. */
+typedef struct {
+    Launcher *self;
+    int device;
+    PyObject *entry;            /* strong: keeps the module loaded until the launch returns */
+    CUfunction function;
+    long max_threads, shared_limit;
+    LaunchFn launch;
+    LaunchExFn launch_ex;
+    unsigned int grid[3], block[3];
+    unsigned int shared_mem;
+    void *stream;
+    char *buffer;
+    PyObject *keep[8];          /* scratch owners, held until the driver has the arguments */
+    int nkeep;
+} Launch;
+
+/* Outcome of a step: done, or the call goes to the Python executor. */
+enum { LP_OK = 0, LP_FALLBACK = 1 };
+
+/* values.c: one operation's argument into the buffer (LP_OK or LP_FALLBACK; never raises). */
+int lp_run_op(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs);
+/* values.c: a torch tensor read through the DLPack API (LP_OK and *out filled, or LP_FALLBACK). */
+int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out);
+/* values.c: a Python int in [lo, hi] (exact int only; bools refused). */
+int lp_small_int(PyObject *obj, long lo, long hi, long *out);
+
+/* launcher.c: launch with grid, block and args already split out; a new reference or NULL. */
+/* plan.c: building a Launcher from its plan, and its lifetime */
+PyObject *lp_launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs);
+int lp_launcher_traverse(Launcher *self, visitproc visit, void *arg);
+int lp_launcher_clear(Launcher *self);
+void lp_launcher_dealloc(Launcher *self);
+/* launcher.c: the Launcher's vectorcall; configured.c: Launcher.configure */
+PyObject *lp_launcher_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+PyObject *lp_configure(Launcher *self, PyObject *args);
+
+PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
+                    PyObject *stream, PyObject *shared_mem);
+/* launcher.c: hand a call to the Python executor (kw names and values follow the positional ones). */
+PyObject *lp_fallback(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
+                      PyObject *stream, PyObject *shared_mem);
+
+/* Compiled with -DLP_PROFILE (LAUNCHPAD_CFLAGS), lp_launch accumulates the nanoseconds of each of
+ * its steps, which _claunch._profile() returns and resets: how benchmarks/breakdown.py finds where
+ * a launch's time goes. Without it, LP_MARK compiles to nothing. */
+#ifdef LP_PROFILE
+#define LP_STEPS 10
+extern unsigned long long lp_profile_ns[LP_STEPS], lp_profile_calls;
+unsigned long long lp_now_ns(void);
+#define LP_MARK(step) (lp_profile_ns[step] += lp_now_ns())
+#define LP_UNMARK(step) (lp_profile_ns[step] -= lp_now_ns())
+#else
+#define LP_MARK(step) ((void)0)
+#define LP_UNMARK(step) ((void)0)
+#endif
+
+#endif

@@ -1,0 +1,111 @@
+/* The launchpad.launch._claunch module: its types and one helper (see claunch.h for what it is). */
+#include "claunch.h"
+#include <string.h>
+
+PyObject *lp_str_stream, *lp_str_shared_mem, *lp_str_calls;
+
+/* dlpack_dtype(tensor) -> (code, bits, lanes): how the DLPack exchange API of the tensor's type
+ * describes its dtype; launchpad/launch/executor.py asks it once per torch dtype, so the plan's dtype
+ * checks use torch's own mapping rather than a table of ours. */
+static PyObject *dlpack_dtype(PyObject *module, PyObject *tensor) {
+    (void)module;
+    const DLPackExchangeAPI *api = lp_exchange_api((PyObject *)Py_TYPE(tensor));
+    if (api == NULL) {
+        PyErr_Format(PyExc_TypeError, "%.200s has no DLPack C exchange API (version 1)", Py_TYPE(tensor)->tp_name);
+        return NULL;
+    }
+    DLTensor t;
+    if (api->dltensor_from_py_object_no_sync(tensor, &t) != 0) return NULL;
+    return Py_BuildValue("(iii)", t.dtype.code, t.dtype.bits, t.dtype.lanes);
+}
+
+/* launch_loop(cuLaunchKernel, function, count, grid, block, shared_mem, stream, params) -> CUresult:
+ * ``count`` launches of one prepacked launch from a C loop, the GIL released: the floor that the
+ * benchmarks (launchpad.bench) compare every launcher with. Addresses come as ints (``params``: a
+ * ``void**`` of the kernel's arguments); stops at the first error and returns its code. */
+static PyObject *launch_loop(PyObject *module, PyObject *args) {
+    (void)module;
+    unsigned long long launch_addr, function, stream, params;
+    long long count;
+    unsigned int g[3], b[3], shared_mem;
+    if (!PyArg_ParseTuple(args, "KKL(III)(III)IKK:launch_loop", &launch_addr, &function, &count, &g[0], &g[1], &g[2],
+                          &b[0], &b[1], &b[2], &shared_mem, &stream, &params))
+        return NULL;
+    if (launch_addr == 0) {
+        PyErr_SetString(PyExc_ValueError, "launch_loop: no cuLaunchKernel address");
+        return NULL;
+    }
+    LaunchFn launch = (LaunchFn)(uintptr_t)launch_addr;
+    CUresult r = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (long long i = 0; i < count && r == 0; i++)
+        r = launch((CUfunction)(uintptr_t)function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
+                   (CUstream)(uintptr_t)stream, (void **)(uintptr_t)params, NULL);
+    Py_END_ALLOW_THREADS
+    return PyLong_FromLong((long)r);
+}
+
+#ifdef LP_PROFILE
+#include <time.h>
+unsigned long long lp_profile_ns[LP_STEPS], lp_profile_calls;
+
+unsigned long long lp_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
+}
+
+static PyObject *profile(PyObject *module, PyObject *unused) {
+    (void)module, (void)unused;
+    PyObject *steps = PyList_New(LP_STEPS);
+    if (steps == NULL) return NULL;
+    for (int i = 0; i < LP_STEPS; i++) {
+        PyList_SET_ITEM(steps, i, PyLong_FromUnsignedLongLong(lp_profile_ns[i]));
+        lp_profile_ns[i] = 0;
+    }
+    PyObject *r = Py_BuildValue("(KN)", lp_profile_calls, steps);
+    lp_profile_calls = 0;
+    return r;
+}
+#endif
+
+static PyMethodDef module_methods[] = {
+    {"dlpack_dtype", dlpack_dtype, METH_O, "dlpack_dtype(tensor) -> (code, bits, lanes) of its DLPack dtype."},
+    {"launch_loop", launch_loop, METH_VARARGS,
+     "launch_loop(cuLaunchKernel, function, count, grid, block, shared_mem, stream, params) -> CUresult: the C floor."},
+#ifdef LP_PROFILE
+    {"_profile", profile, METH_NOARGS, "_profile() -> (launches, [ns per step]); resets (LP_PROFILE builds)."},
+#endif
+    {NULL, NULL, 0, NULL},
+};
+
+static int module_exec(PyObject *m) {
+    /* interned once per process: constants, whichever interpreter imports the module first */
+    if (lp_str_stream == NULL && (lp_str_stream = PyUnicode_InternFromString("stream")) == NULL) return -1;
+    if (lp_str_shared_mem == NULL && (lp_str_shared_mem = PyUnicode_InternFromString("shared_mem")) == NULL) return -1;
+    if (lp_str_calls == NULL && (lp_str_calls = PyUnicode_InternFromString("calls")) == NULL) return -1;
+    PyTypeObject *types[] = {&Launcher_Type, &Configured_Type, &Bound_Type, &Dispatcher_Type};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if (PyType_Ready(types[i]) < 0) return -1;
+        const char *name = strrchr(types[i]->tp_name, '.') + 1;
+        if (PyModule_AddObjectRef(m, name, (PyObject *)types[i]) < 0) return -1;
+    }
+    if (PyModule_AddIntConstant(m, "DLPACK_MAJOR", 1) < 0) return -1;
+    return 0;
+}
+
+static PyModuleDef_Slot module_slots[] = {
+    {Py_mod_exec, module_exec},
+    {0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "launchpad.launch._claunch",
+    .m_doc = "The compiled launch executor of launchpad (see claunch.h).",
+    .m_size = 0,
+    .m_methods = module_methods,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC PyInit__claunch(void) { return PyModuleDef_Init(&module_def); }

@@ -1,0 +1,245 @@
+/* How a Launcher is built: the plan the Python side computed (launchpad/launch/executor.py: the ops,
+ * one per argument, the parameter offsets, the launch plan) parsed once into C structs, and the
+ * Launcher's lifetime (GC traversal, clearing, deallocation). The launch itself: launcher.c.
+ */
+#include "claunch.h"
+
+#include <string.h>
+
+static int parse_slots(PyObject *seq, Op *op) {
+    if (!PyTuple_Check(seq)) {
+        PyErr_SetString(PyExc_TypeError, "slots must be a tuple");
+        return -1;
+    }
+    op->nslots = PyTuple_GET_SIZE(seq);
+    op->slots = PyMem_Calloc(op->nslots ? op->nslots : 1, sizeof(Slot));
+    if (op->slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < op->nslots; i++) {
+        unsigned int offset, size, kind;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "III", &offset, &size, &kind)) return -1;
+        if (kind > SK_UNTYPED || size == 0 || size > 4096) {
+            PyErr_Format(PyExc_ValueError, "bad slot (%u, %u, %u)", offset, size, kind);
+            return -1;
+        }
+        op->slots[i] = (Slot){offset, size, (uint8_t)kind};
+    }
+    return 0;
+}
+
+/* (kind, position, sub, slots, dtype, align, multiple_of, size, ndim, layout, flags, obj, arg) */
+static int parse_op(PyObject *t, Op *op) {
+    int kind, position, ndim, flags;
+    unsigned int dtype;
+    long long align, multiple_of, size;
+    PyObject *sub, *slots, *obj, *arg;
+    const char *layout;
+    if (!PyArg_ParseTuple(t, "iiOOILLLisiOO", &kind, &position, &sub, &slots, &dtype, &align, &multiple_of, &size,
+                          &ndim, &layout, &flags, &obj, &arg))
+        return -1;
+    if (kind < OP_VALUE || kind > OP_EXPAND || position < 0 || position > 65535 || !PyTuple_Check(sub) ||
+        PyTuple_GET_SIZE(sub) > LP_MAX_DEPTH || ndim < 0 || ndim > 32) {
+        PyErr_SetString(PyExc_ValueError, "bad launch plan operation");
+        return -1;
+    }
+    op->kind = (uint8_t)kind;
+    op->position = (uint16_t)position;
+    op->depth = (uint8_t)PyTuple_GET_SIZE(sub);
+    for (int i = 0; i < op->depth; i++) {
+        long k = PyLong_AsLong(PyTuple_GET_ITEM(sub, i));
+        if (k < 0 || k > 65535) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "bad tuple index in a launch plan");
+            return -1;
+        }
+        op->sub[i] = (uint16_t)k;
+    }
+    op->dtype = dtype;
+    op->align = align;
+    op->multiple_of = multiple_of;
+    op->size = size;
+    op->ndim = ndim;
+    op->layout = layout[0];
+    op->flags = flags;
+    op->obj = Py_NewRef(obj);
+    op->arg = Py_NewRef(arg);
+    if (parse_slots(slots, op) < 0) return -1;
+    Py_ssize_t needed = kind == OP_VALUE || kind == OP_SCRATCH ? 1 : kind == OP_NUMBA_ARRAY ? 5 + 2 * ndim : -1;
+    if (kind != OP_CONST && needed >= 0 && op->nslots != needed) {
+        PyErr_SetString(PyExc_ValueError, "a launch plan operation has the wrong number of slots");
+        return -1;
+    }
+    return 0;
+}
+
+static int parse_dims(PyObject *obj, int out[3], const char *what) {
+    out[0] = out[1] = out[2] = 0;
+    if (obj == Py_None) return 0;
+    if (!PyArg_ParseTuple(obj, "iii", &out[0], &out[1], &out[2])) return -1;
+    if (out[0] < 1 || out[1] < 1 || out[2] < 1) {
+        PyErr_Format(PyExc_ValueError, "bad %s in a launch plan", what);
+        return -1;
+    }
+    return 0;
+}
+
+static void Launcher_clear_ops(Launcher *self) {
+    for (Py_ssize_t i = 0; i < self->nops; i++) {
+        PyMem_Free(self->ops[i].slots);
+        Py_CLEAR(self->ops[i].obj);
+        Py_CLEAR(self->ops[i].arg);
+    }
+    PyMem_Free(self->ops);
+    self->ops = NULL;
+    self->nops = 0;
+}
+
+
+PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
+    PyObject *ops, *offsets, *plan, *entries, *entry_fn, *python_launch, *get_device, *get_stream, *scratch_fn;
+    PyObject *same_value, *coresident, *ctx, *hooks, *tensor_types;
+    Py_ssize_t buffer_size, nargs_min, nargs_max;
+    if (kw != NULL && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Launcher takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(a, "O!O!nnnO!O!OOOOOOOOOO!", &PyTuple_Type, &ops, &PyTuple_Type, &offsets, &buffer_size,
+                          &nargs_min, &nargs_max, &PyTuple_Type, &plan, &PyDict_Type, &entries, &entry_fn,
+                          &python_launch, &get_device, &get_stream, &scratch_fn, &same_value, &coresident, &ctx,
+                          &hooks, &PyTuple_Type, &tensor_types))
+        return NULL;
+    Launcher *self = (Launcher *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = lp_launcher_vectorcall;
+    self->entries = Py_NewRef(entries);
+    self->entry_fn = Py_NewRef(entry_fn);
+    self->python_launch = Py_NewRef(python_launch);
+    self->get_device = Py_NewRef(get_device);
+    self->get_stream = get_stream == Py_None ? NULL : Py_NewRef(get_stream);
+    self->scratch_fn = Py_NewRef(scratch_fn);
+    self->same_value = Py_NewRef(same_value);
+    self->coresident = Py_NewRef(coresident);
+    self->ctx = Py_NewRef(ctx);
+    if (hooks != Py_None) {
+        PyObject *dict, *hook_names, *hook_calls;
+        if (!PyArg_ParseTuple(hooks, "O!O!O!", &PyDict_Type, &dict, &PyTuple_Type, &hook_names, &PyTuple_Type,
+                              &hook_calls) ||
+            PyTuple_GET_SIZE(hook_names) != PyTuple_GET_SIZE(hook_calls))
+            goto fail_hooks;
+        self->hooks_dict = Py_NewRef(dict);
+        self->hook_names = Py_NewRef(hook_names);
+        self->hook_calls = Py_NewRef(hook_calls);
+    }
+    self->tensor_types = Py_NewRef(tensor_types);
+    self->api = PyTuple_GET_SIZE(tensor_types) ? lp_exchange_api(PyTuple_GET_ITEM(tensor_types, 0)) : NULL;
+    if (self->api == NULL && self->get_stream == NULL) {
+        PyErr_SetString(PyExc_ValueError, "a Launcher without the DLPack exchange API needs get_stream");
+        goto fail;
+    }
+    self->buffer_size = buffer_size;
+    self->nargs_min = nargs_min;
+    self->nargs_max = nargs_max;
+    if (buffer_size < 0 || buffer_size > 65536 || nargs_min < 0 || nargs_max < nargs_min) {
+        PyErr_SetString(PyExc_ValueError, "bad launch plan sizes");
+        goto fail;
+    }
+    self->nparams = PyTuple_GET_SIZE(offsets);
+    self->offsets = PyMem_Calloc(self->nparams ? self->nparams : 1, sizeof(uint32_t));
+    if (self->offsets == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < self->nparams; i++) {
+        long v = PyLong_AsLong(PyTuple_GET_ITEM(offsets, i));
+        if (v < 0 || v >= buffer_size) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a parameter offset is outside the buffer");
+            goto fail;
+        }
+        self->offsets[i] = (uint32_t)v;
+    }
+    PyObject *block, *scale, *cluster;
+    if (!PyArg_ParseTuple(plan, "OiOOpppp", &block, &self->shared_default, &scale, &cluster, &self->spread,
+                          &self->cooperative, &self->pdl, &self->oversized) ||
+        parse_dims(block, self->fixed_block, "block") < 0 || parse_dims(scale, self->scale, "grid scale") < 0 ||
+        parse_dims(cluster, self->cluster, "cluster") < 0)
+        goto fail;
+    if (self->scale[0] == 0) self->scale[0] = self->scale[1] = self->scale[2] = 1;
+    self->nops = 0;
+    self->ops = PyMem_Calloc(PyTuple_GET_SIZE(ops) ? PyTuple_GET_SIZE(ops) : 1, sizeof(Op));
+    if (self->ops == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(ops); i++) {
+        self->nops = i + 1;
+        if (parse_op(PyTuple_GET_ITEM(ops, i), &self->ops[i]) < 0) goto fail;
+        for (Py_ssize_t k = 0; k < self->ops[i].nslots; k++) {
+            const Slot *s = &self->ops[i].slots[k];
+            if ((Py_ssize_t)s->offset + s->size > buffer_size) {
+                PyErr_SetString(PyExc_ValueError, "a slot lies outside the parameter buffer");
+                goto fail;
+            }
+        }
+    }
+    return (PyObject *)self;
+fail_hooks:
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "hooks must be (dict, names, calls lists)");
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+int lp_launcher_traverse(Launcher *self, visitproc visit, void *arg) {
+    Py_VISIT(self->entries);
+    Py_VISIT(self->entry_fn);
+    Py_VISIT(self->python_launch);
+    Py_VISIT(self->get_device);
+    Py_VISIT(self->get_stream);
+    Py_VISIT(self->scratch_fn);
+    Py_VISIT(self->same_value);
+    Py_VISIT(self->coresident);
+    Py_VISIT(self->ctx);
+    Py_VISIT(self->hooks_dict);
+    Py_VISIT(self->hook_names);
+    Py_VISIT(self->hook_calls);
+    Py_VISIT(self->tensor_types);
+    Py_VISIT(self->entry);
+    for (Py_ssize_t i = 0; i < self->nops; i++) {
+        Py_VISIT(self->ops[i].obj);
+        Py_VISIT(self->ops[i].arg);
+    }
+    return 0;
+}
+
+int lp_launcher_clear(Launcher *self) {
+    Py_CLEAR(self->entries);
+    Py_CLEAR(self->entry_fn);
+    Py_CLEAR(self->python_launch);
+    Py_CLEAR(self->get_device);
+    Py_CLEAR(self->get_stream);
+    Py_CLEAR(self->scratch_fn);
+    Py_CLEAR(self->same_value);
+    Py_CLEAR(self->coresident);
+    Py_CLEAR(self->ctx);
+    Py_CLEAR(self->hooks_dict);
+    Py_CLEAR(self->hook_names);
+    Py_CLEAR(self->hook_calls);
+    Py_CLEAR(self->tensor_types);
+    Py_CLEAR(self->entry);
+    for (Py_ssize_t i = 0; i < self->nops; i++) {
+        Py_CLEAR(self->ops[i].obj);
+        Py_CLEAR(self->ops[i].arg);
+    }
+    return 0;
+}
+
+void lp_launcher_dealloc(Launcher *self) {
+    PyObject_GC_UnTrack(self);
+    if (self->weakreflist != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    lp_launcher_clear(self);
+    Launcher_clear_ops(self);
+    PyMem_Free(self->offsets);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+

@@ -1,0 +1,352 @@
+"""Argument values: the slow-path conversions and the diagnoses both launch executors share.
+
+The executors (the compiled one in ``_claunch`` and the generated Python one in
+:mod:`launchpad.launch.pylaunch`) take the common cases straight: a CUDA tensor on the launch device,
+a plain int, a float. Everything else comes here: other pointer-like objects, raw addresses,
+numpy scalars, values for parameters of unknown type, launch configurations given in unusual
+forms. And every refusal is worded here, so a bad argument gets the same message whichever
+executor met it: the compiled executor only detects a problem and hands the whole launch to the
+Python one, whose checks call these functions to say what was wrong.
+"""
+
+from __future__ import annotations
+
+import operator
+import struct
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core import driver as _driver
+from ..core.params import Param
+from ..core.spec import Arg
+from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
+
+__all__ = [
+    "CONVERTERS",
+    "Context",
+    "RawStream",
+    "bf16_bits",
+    "describe",
+    "dims",
+    "pointer_of",
+    "same_value",
+    "scratch",
+    "stream_of",
+]
+
+NO_CUDA = "this torch build has no CUDA support; launching needs a CUDA build of torch and a GPU"
+
+
+def _no_cuda(*_: Any) -> Any:
+    raise NoDeviceError(NO_CUDA)
+
+
+# torch's current device and raw stream: the cheapest calls torch offers (what Triton uses)
+current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", _no_cuda)
+current_raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda)
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+
+#: Converters for ``expand`` arguments, by name, registered by the modules that define them.
+#: ``CONVERTERS[name].specialize(**options)`` gives ``convert(value, device, stream, ctx, arg)``,
+#: which returns the values of the argument's parameters in order.
+CONVERTERS: dict[str, Any] = {}
+
+
+class Context:
+    """What the checks need to know about one kernel to word their messages."""
+
+    def __init__(self, kernel_name: str, params: tuple[Param, ...], args: tuple[Arg, ...]):
+        self.kernel_name = kernel_name
+        self.params = params
+        self.args = args
+
+    def where(self, arg: Arg) -> str:
+        p = self.params[arg.param] if arg.kind == "param" else None
+        loc = "".join(f"[{i}]" for i in arg.path[1:])
+        what = f"argument {arg.path[0]}{loc}" if arg.path else "argument"
+        if arg.name:
+            what += f" ({arg.name!r})"
+        if p is not None and p.name and p.name == arg.name:  # a C++ parameter: its name said once
+            return f"kernel {self.kernel_name!r}, {what}, param {p.index}" + (f" ({p.type})" if p.type else "")
+        return f"kernel {self.kernel_name!r}, {what}" + (f", {p.label}" if p is not None else "")
+
+    def error(self, arg: Arg, message: str, cls: type[Exception] = ArgumentError) -> Exception:
+        return cls(f"{self.where(arg)}: {message}")
+
+
+def describe(value: Any) -> str:
+    """A value as messages name it: ``a torch.float32 tensor on cuda:0``, ``int 5``."""
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor on {value.device}"
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, stream: int, dtype: torch.dtype | None) -> int:
+    """Device address of any pointer-like argument, with every check; the slow path.
+
+    Takes CUDA tensors on the launch device, pinned (page-locked) CPU tensors, which every
+    device can read (as Triton passes them), objects with ``__cuda_array_interface__`` (whose
+    ``stream``, when given, is made to finish its work before the launch, as CAI v3 asks) or
+    ``data_ptr()``, raw int addresses (the caller vouches for them) and None (NULL).
+    """
+    if value is None:
+        return 0
+    if isinstance(value, (bool, float)):
+        raise ctx.error(arg, f"expected a device pointer (tensor), got {describe(value)}", ArgumentTypeError)
+    if isinstance(value, int):
+        address = value
+    elif isinstance(value, torch.Tensor):
+        owner = value.get_device()
+        if owner != device and not (owner < 0 and value.is_pinned()):
+            if owner < 0:
+                raise ctx.error(
+                    arg, f"expected a CUDA tensor, got {describe(value)}; a pinned CPU tensor (.pin_memory()) "
+                    "would be readable by the device"
+                )  # fmt: skip
+            raise ctx.error(arg, f"tensor is on cuda:{owner} but the launch is on cuda:{device}")
+        if dtype is not None and value.dtype != dtype:
+            raise ctx.error(arg, f"expected a {dtype} tensor, got {describe(value)}", ArgumentTypeError)
+        address = value.data_ptr()
+    else:
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if cai is not None:
+            address = int(cai["data"][0])
+            wait_for_producer(ctx, arg, cai, stream)
+        elif hasattr(value, "data_ptr"):
+            address = int(value.data_ptr())
+        else:
+            raise ctx.error(arg, f"expected a tensor or device pointer, got {describe(value)}", ArgumentTypeError)
+        if address:
+            memory = _driver.pointer_device(address)
+            if memory is None:
+                raise ctx.error(arg, f"address {address:#x} of a {type(value).__name__} is not device memory")
+            if memory != device:
+                raise ctx.error(arg, f"memory is on cuda:{memory} but the launch is on cuda:{device}")
+    if not 0 <= address < 1 << 64:
+        raise ctx.error(arg, f"address {address} is not a 64-bit pointer")
+    if arg.align and address % arg.align:
+        raise ctx.error(
+            arg, f"pointer {address:#x} is not {arg.align}-byte aligned, but the kernel was compiled assuming it is"
+        )
+    return address
+
+
+def wait_for_producer(ctx: Context, arg: Arg, cai: dict, stream: int) -> None:
+    """Order the launch after the work of the stream a ``__cuda_array_interface__`` names (CAI v3).
+
+    ``stream`` absent or None: nothing to wait for. 0 is not allowed by the protocol; 1 and 2 are
+    the legacy and per-thread default streams. A stream other than the launch's gets an event
+    recorded that the launch stream waits for (no host synchronization).
+    """
+    producer = cai.get("stream")
+    if producer is None:
+        return
+    if isinstance(producer, bool) or not isinstance(producer, int) or producer == 0:
+        raise ctx.error(arg, f"__cuda_array_interface__ stream must be None or a nonzero int, got {producer!r}")
+    if producer != stream and not (producer == 1 and stream == 0):  # 0 and 1 both name the legacy default stream
+        _driver.stream_wait(stream, producer)
+
+
+def untyped_value(ctx: Context, arg: Arg, value: Any, device: int, stream: int) -> int:
+    """Bit pattern of a value for a parameter whose size alone is known."""
+    size = ctx.params[arg.param].size
+    bits = 8 * size
+    itemsize = getattr(getattr(value, "dtype", None), "itemsize", None)
+    if itemsize is not None and not isinstance(value, torch.Tensor) and hasattr(value, "tobytes"):
+        if itemsize != size:  # a numpy scalar says its own width (np.float64 is also a float)
+            raise ctx.error(arg, f"{describe(value)} is {itemsize} bytes, the parameter {size}")
+        return int.from_bytes(value.tobytes(), "little")
+    if isinstance(value, bool):
+        return int(value)
+    if isinstance(value, int):
+        if not -(1 << (bits - 1)) <= value < (1 << bits):
+            raise ctx.error(arg, f"int {value} does not fit in {size} bytes")
+        return value & ((1 << bits) - 1)
+    if isinstance(value, float):
+        if size == 1:
+            raise ctx.error(arg, f"cannot pack a float into a 1-byte parameter: {value!r}", ArgumentTypeError)
+        code = {2: "<e", 4: "<f", 8: "<d"}[size]
+        return int.from_bytes(struct.pack(code, value), "little")
+    if isinstance(value, (bytes, bytearray, memoryview)):  # a small struct (or enum) by value
+        if len(value) != size:
+            raise ctx.error(arg, f"expected {size} bytes, got {len(value)}")
+        return int.from_bytes(value, "little")
+    if size != 8:
+        raise ctx.error(arg, f"cannot pack {describe(value)} into {size} bytes", ArgumentTypeError)
+    return pointer_of(ctx, arg, value, device, stream, None)
+
+
+def bytes_value(ctx: Context, arg: Arg, value: Any) -> bytes:
+    """The bytes of an opaque by-value argument (bytes, numpy struct scalar, ctypes struct...)."""
+    size = ctx.params[arg.param].size
+    if hasattr(value, "tobytes"):
+        data = value.tobytes()
+    else:
+        try:
+            data = bytes(memoryview(value))
+        except TypeError:
+            raise ctx.error(arg, f"expected {size} bytes, got {describe(value)}", ArgumentTypeError) from None
+    if len(data) != size:
+        raise ctx.error(arg, f"expected {size} bytes, got {len(data)}")
+    return data
+
+
+def shared_mem_value(ctx: Context, value: Any) -> int:
+    """The dynamic shared memory of a launch that is not a plain non-negative int: checked."""
+    try:
+        nbytes = index(value)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"kernel {ctx.kernel_name!r}: shared_mem must be an int number of bytes, got {describe(value)}"
+        ) from None
+    if nbytes < 0:
+        raise ArgumentError(f"kernel {ctx.kernel_name!r}: shared_mem must not be negative, got {nbytes}")
+    return nbytes
+
+
+def bf16_bits(value: Any) -> int:
+    """The bfloat16 nearest to ``value``, ties to even (as torch and CUDA's ``__float2bfloat16``
+    round), from its float32: the value is first rounded to float32, as torch does.
+
+    Triton's own launcher truncates instead (keeps the top 16 bits); launchpad rounds, which is
+    never further from the value given. NaN becomes the quiet NaN ``0x7FC0``.
+    """
+    (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    if bits & 0x7FFFFFFF > 0x7F800000:
+        return 0x7FC0
+    return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """Whether an argument equals the value a kernel was specialized on (bools match only bools).
+
+    Specialized values are kept as JSON (artifacts): a tuple is stored as a list, and a value JSON
+    cannot hold (a Triton dtype, a jit function) as its ``str()``; both still match.
+    """
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    try:
+        if a == b:
+            return True
+    except Exception:
+        return False
+    if isinstance(b, list) and isinstance(a, (tuple, list)):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b))
+    if isinstance(b, str) and a is not None and not isinstance(a, (str, int, float)):
+        return str(a) == b
+    return False
+
+
+def index(value: Any) -> int:
+    """An int from an int-like value (numpy ints too); TypeError for bools, floats, strings."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError("a bool is not a size")
+    return operator.index(value)
+
+
+def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
+    """A grid or block given as an int or a 1-3 tuple, as three ints, range-checked.
+
+    Only integers are taken (numpy integers too): a float, a bool or a string is refused rather
+    than truncated or read as digits.
+    """
+    try:
+        t: tuple[int, ...]
+        if hasattr(value, "__index__") or isinstance(value, (bool, np.bool_)):
+            t = (index(value), 1, 1)
+        elif isinstance(value, (str, bytes)):
+            raise TypeError(value)
+        else:
+            items = tuple(value)
+            if not 1 <= len(items) <= 3:
+                raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
+            t = (*(index(v) for v in items), 1, 1)
+    except TypeError:
+        raise ArgumentTypeError(
+            f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {describe(value)}"
+        ) from None
+    x, y, z = t[:3]
+    limits = MAX_GRID if what == "grid" else MAX_BLOCK
+    low = 0 if what == "grid" else 1
+    for axis, v, limit in zip("xyz", (x, y, z), limits):
+        if not low <= v <= limit:
+            raise ArgumentError(
+                f"kernel {ctx.kernel_name!r}: {what} dimension {axis} = {v} is outside the device limit [{low}, {limit}]"
+            )
+    return x, y, z
+
+
+class RawStream:
+    """A raw stream handle that remembers its device (what ``Kernel.bind`` keeps)."""
+
+    __slots__ = ("device", "handle")
+
+    def __init__(self, handle: int, device: int):
+        self.handle = handle
+        self.device = device
+
+    def __repr__(self) -> str:
+        return f"RawStream({self.handle:#x}, device={self.device})"
+
+
+def stream_of(stream: Any, ctx: Context | None = None, current: Callable[[], int] | None = None) -> tuple[int, int]:
+    """``(raw handle, device)`` of an explicit stream argument (``ctx`` names the kernel in errors;
+    ``current`` gives the current device, torch's by default).
+
+    An int is a raw handle on the current device: ``0`` is the legacy default stream (not torch's
+    current stream, which is what leaving the stream out gives).
+    """
+    if isinstance(stream, RawStream):
+        return stream.handle, stream.device
+    if isinstance(stream, torch.cuda.Stream):
+        return stream.cuda_stream, stream.device_index
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        return stream, device_of_launch(ctx, current)
+    proto = getattr(stream, "__cuda_stream__", None)
+    if proto is not None:
+        handle = int((proto() if callable(proto) else proto)[1])
+        device = getattr(getattr(stream, "device", None), "device_id", None)
+        return handle, device_of_launch(ctx, current) if device is None else int(device)
+    kernel = f"kernel {ctx.kernel_name!r}: " if ctx is not None else ""
+    raise ArgumentTypeError(
+        f"{kernel}stream must be a torch.cuda.Stream, a cuda.core Stream, an int handle or have __cuda_stream__; "
+        f"got {describe(stream)}"
+    )
+
+
+def device_of_launch(ctx: Context | None, current: Callable[[], int] | None = None) -> int:
+    """The current device (torch's unless ``current`` is given); the error names the kernel when
+    torch has no CUDA."""
+    try:
+        return (current or current_device)()
+    except NoDeviceError as exc:
+        if ctx is None or current is not None:  # a kernel's own current-device function names it
+            raise
+        raise NoDeviceError(f"kernel {ctx.kernel_name!r}: {exc}") from None
+
+
+def scratch(nbytes: int, align: int, device: int, stream: int, zero: bool = False) -> tuple[Any, int]:
+    """Per-launch scratch from torch's caching allocator, ordered on the launch stream.
+
+    Returns ``(owner, address)``: the launch keeps ``owner`` until the driver has its arguments;
+    the allocator reuses the memory only in stream order after that. ``zero`` zero-fills it on
+    the launch stream (Triton 3.8+'s profile scratch).
+    """
+    if nbytes == 0:
+        return None, 0
+    pad = max(align - 256, 0)  # the caching allocator already aligns to 256 bytes or more
+    buf = torch.empty(nbytes + pad, dtype=torch.uint8, device=f"cuda:{device}")
+    if stream != current_raw_stream(device):
+        launch_stream = torch.cuda.ExternalStream(stream, device=f"cuda:{device}")
+        buf.record_stream(launch_stream)
+        if zero:
+            with torch.cuda.stream(launch_stream):
+                buf.zero_()
+    elif zero:
+        buf.zero_()
+    address = buf.data_ptr()
+    return buf, address + (-address % align if align else 0)

@@ -1,0 +1,84 @@
+"""Diagnoses of refused launches, off the hot path: the generated launch functions call these when a
+cheap check fails, and each raises the :class:`~launchpad.ArgumentError` (or
+:class:`~launchpad.ArgumentTypeError`) that names the kernel, the argument and what was wrong."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from ..core.spec import Arg
+from ..errors import ArgumentError, ArgumentTypeError
+from . import checks as _checks
+from .checks import Context
+
+__all__ = ["MISSING", "Fail"]
+
+#: The default of every generated launch function's parameter: an argument that was not given.
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
+
+
+class Fail:
+    """Diagnoses, off the hot path; each raises an ``ArgumentError`` naming what was wrong."""
+
+    @staticmethod
+    def count(ctx: Context, given: tuple, extra: tuple) -> None:
+        by_position = {a.path[0]: a for a in ctx.args if a.path}
+        names = [by_position[i].name for i in range(len(given))]
+        optional = {a.path[0] for a in ctx.args if a.path and a.kind == "const"} - {
+            a.path[0] for a in ctx.args if a.path and a.kind != "const"
+        }
+        n = sum(1 for v in given if v is not MISSING) + len(extra)
+        listed = f" ({', '.join(names)})" if all(names) and names else ""
+        missing = [name for i, (name, v) in enumerate(zip(names, given)) if v is MISSING and i not in optional]
+        detail = f"; missing: {', '.join(missing)}" if listed and missing and not extra else ""
+        raise ArgumentTypeError(f"kernel {ctx.kernel_name!r} takes {len(given)} arguments{listed}, got {n}{detail}")
+
+    @staticmethod
+    def block(ctx: Context, block: Any, max_threads: int) -> None:
+        x, y, z = _checks.dims(block, "block", ctx)
+        raise ArgumentError(
+            f"kernel {ctx.kernel_name!r}: block {block!r} has {x * y * z} threads, "
+            f"the kernel allows at most {max_threads} per block"
+        )
+
+    @staticmethod
+    def fixed_block(ctx: Context, block: Any, fixed: tuple) -> None:
+        raise ArgumentError(f"kernel {ctx.kernel_name!r} was compiled for block {fixed}, got block {block!r}")
+
+    @staticmethod
+    def const(ctx: Context, arg: Arg, value: Any) -> None:
+        raise ctx.error(arg, f"the kernel was specialized for {arg.value!r}, got {_checks.describe(value)}")
+
+    @staticmethod
+    def unknown(ctx: Context, arg: Arg, value: Any) -> None:
+        if arg.options.get("one_or_none"):
+            raise ctx.error(arg, f"the kernel was specialized for 1 or None (Triton compiles either into the kernel), "
+                            f"got {_checks.describe(value)}")  # fmt: skip
+        raise ctx.error(
+            arg, f"got {_checks.describe(value)}, but the value this kernel was compiled for is not recorded "
+            "(a Triton cache folder keeps no constexpr values), so it cannot be checked; leave the argument out, "
+            "or save the kernel with Kernel.save, which keeps them"
+        )  # fmt: skip
+
+    @staticmethod
+    def multiple(ctx: Context, arg: Arg, value: Any) -> None:
+        raise ctx.error(
+            arg, f"{value!r} is not a multiple of {arg.multiple_of}, but the kernel was compiled assuming it is"
+        )
+
+    @staticmethod
+    def pack(ctx: Context, error: Exception, values: tuple) -> None:
+        """Find which value struct refused and say why."""
+        by_param = {a.param: a for a in ctx.args if a.kind == "param"}
+        for p, value in zip(sorted(ctx.params, key=lambda p: p.offset), values):
+            try:
+                struct.pack("<" + p.code, value)
+            except Exception as exc:
+                arg = by_param.get(p.index, Arg(f"param {p.index}", "param", (), p.index))
+                if p.kind in ("int", "untyped") and isinstance(value, int):
+                    raise ctx.error(arg, f"{value} is out of range for {p.type or f'{p.size} bytes'}") from None
+                raise ctx.error(
+                    arg, f"cannot pack {_checks.describe(value)} as {p.type or p.kind}: {exc}", ArgumentTypeError
+                ) from None
+        raise ArgumentError(f"kernel {ctx.kernel_name!r}: packing the arguments failed: {error}") from error

@@ -1,0 +1,265 @@
+"""Which executor launches a kernel, and the plan the compiled one executes.
+
+Two executors run the same :class:`~launchpad.core.spec.KernelSpec`: the generated Python one
+(:mod:`launchpad.launch.pylaunch`), always there and the reference for every check and message, and
+the compiled one (the C module ``launchpad.launch._claunch``), built by ``pip install`` where a C
+compiler is available. :func:`build` gives a kernel the compiled executor when it can, with the
+Python one behind it for every call it hands back; ``LAUNCHPAD_PYTHON_LAUNCH=1`` forces the
+Python executor everywhere. :func:`plan_ops` compiles a spec into the compiled executor's
+operations once per kernel; front ends never see either executor.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..core import driver as _driver
+from ..core.loader import E_FUNCTION
+from ..core.params import POINTER_DTYPES, Param
+from ..core.spec import KernelSpec
+from ..errors import LaunchpadError
+from . import checks as _checks
+from . import hooks as _hooks
+from . import pylaunch as _pylaunch
+
+__all__ = ["Devices", "Executor", "build", "launch_path", "plan_ops"]
+
+# Slot kinds and operation kinds, as claunch.h numbers them.
+SK_POINTER, SK_INT, SK_UINT, SK_BOOL, SK_F16, SK_BF16, SK_F32, SK_F64, SK_BYTES, SK_UNTYPED = range(10)
+OP_VALUE, OP_CONST, OP_SCRATCH, OP_NUMBA_ARRAY, OP_EXPAND = range(5)
+_NEVER = 0xFFFFFFFF  # a dtype word no tensor has: the compiled executor always defers the check
+_FLOAT_KINDS = {"fp16": SK_F16, "bf16": SK_BF16, "fp32": SK_F32, "fp64": SK_F64}
+
+_claunch: Any
+try:
+    from . import _claunch
+except ImportError as exc:  # not built: no C compiler at install time, or a source tree without it
+    _claunch = None
+    _import_error = f"the compiled module is not built ({exc})"
+else:
+    _import_error = ""
+
+
+def launch_path() -> tuple[str, str]:
+    """``("compiled", "")``, or ``("python", why)`` when kernels launch through the Python executor."""
+    if os.environ.get("LAUNCHPAD_PYTHON_LAUNCH", "") not in ("", "0"):
+        return "python", "LAUNCHPAD_PYTHON_LAUNCH is set"
+    if _claunch is None:
+        return "python", _import_error
+    if _exchange_api_types() == ():
+        return (
+            "python",
+            f"torch {torch.__version__} has no DLPack C exchange API (torch.Tensor.__dlpack_c_exchange_api__)",
+        )
+    return "compiled", ""
+
+
+@functools.cache
+def _exchange_api_types() -> tuple[type, ...]:
+    """The tensor types the compiled executor reads through DLPack (empty: torch lacks the API)."""
+    if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
+        return ()
+    return (torch.Tensor, torch.nn.Parameter)
+
+
+@functools.cache
+def dlpack_word(dtype: torch.dtype | None) -> int:
+    """``code | bits << 8 | lanes << 16`` of a torch dtype as torch's DLPack API reports it;
+    0 for no check; a word no tensor has where torch cannot export the dtype."""
+    if dtype is None:
+        return 0
+    try:
+        code, bits, lanes = _claunch.dlpack_dtype(torch.empty(0, dtype=dtype))
+    except Exception:  # a dtype DLPack cannot describe: the Python executor checks it
+        return _NEVER
+    return code | bits << 8 | lanes << 16
+
+
+def _torch_dtype(name: str) -> torch.dtype | None:
+    return getattr(torch, name, None) if name else None
+
+
+def _slot(param: Param) -> tuple[int, int, int]:
+    """``(offset, size, slot kind)`` of a parameter, from its type word."""
+    kind = param.kind
+    if kind == "pointer":
+        sk = SK_POINTER
+    elif kind == "bytes":
+        sk = SK_BYTES
+    elif kind == "untyped":
+        sk = SK_UNTYPED
+    elif kind == "bool":
+        sk = SK_BOOL
+    elif kind == "float":
+        sk = _FLOAT_KINDS[str(param.type)]
+    else:
+        sk = SK_UINT if str(param.type).startswith("u") else SK_INT
+    return (param.offset, param.size, sk)
+
+
+def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
+    """The compiled executor's operations for a spec, one per :class:`~launchpad.core.spec.Arg`:
+    ``(kind, position, sub-path, slots, dtype, align, multiple_of, size, ndim, layout, flags,
+    obj, arg)`` (see ``claunch.h``)."""
+    ops = []
+    for arg in spec.args:
+        position, sub = (arg.path[0], tuple(arg.path[1:])) if arg.path else (0, ())
+        base = dict(dtype=0, align=0, multiple_of=0, size=0, ndim=0, layout="A", flags=0, obj=None, arg=None)
+        if arg.kind == "const":
+            flags = (1 if arg.options.get("unknown") else 0) | (2 if arg.options.get("one_or_none") else 0)
+            op = dict(base, kind=OP_CONST, slots=(), obj=arg.value, flags=flags)
+        elif arg.kind == "scratch":
+            op = dict(base, kind=OP_SCRATCH, slots=(_slot(spec.params[arg.param]),), align=arg.options.get("align", 1),
+                      size=arg.options["size"], flags=1 if arg.options.get("zero") else 0)  # fmt: skip
+        elif arg.kind == "param":
+            param = spec.params[arg.param]
+            dtype = POINTER_DTYPES.get((param.type or "*")[1:], "") if param.kind == "pointer" else ""
+            op = dict(base, kind=OP_VALUE, slots=(_slot(param),), dtype=dlpack_word(_torch_dtype(dtype)),
+                      align=arg.align, multiple_of=arg.multiple_of)  # fmt: skip
+        elif arg.converter == "numba_array":
+            o = arg.options
+            op = dict(base, kind=OP_NUMBA_ARRAY, slots=tuple(_slot(spec.params[i]) for i in arg.params),
+                      dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, size=o["itemsize"], ndim=o["ndim"],
+                      layout=o["layout"])  # fmt: skip
+        else:
+            converter = _checks.CONVERTERS[arg.converter].specialize(**arg.options)
+            op = dict(base, kind=OP_EXPAND, slots=tuple(_slot(spec.params[i]) for i in arg.params), obj=converter,
+                      arg=arg)  # fmt: skip
+        ops.append((op["kind"], position, sub, op["slots"], op["dtype"], op["align"], op["multiple_of"], op["size"],
+                    op["ndim"], op["layout"], op["flags"], op["obj"], op["arg"]))  # fmt: skip
+    return tuple(ops)
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Where launches go: torch's current device and stream, and (for the Python executor) the
+    driver's launch call. Tests give both executors a fake device and a recording launch."""
+
+    current_device: Callable[[], int] = field(default_factory=lambda: _checks.current_device)
+    current_stream: Callable[[int], int] | None = None  # None: the DLPack exchange API's, or torch's
+    cu_launch: Callable[..., tuple] = field(default_factory=lambda: _driver.cuLaunchKernel)
+
+
+@dataclass
+class Executor:
+    """A kernel's launch path: ``launch`` is the compiled executor where built, else the Python one."""
+
+    spec: KernelSpec
+    loader: Any
+    python: _pylaunch.PythonLaunch
+    compiled: Any  # the _claunch.Launcher, or None
+    hooks: Any = None  # the front end's launch hooks (launchpad.launch.hooks), or None
+
+    @property
+    def launch(self) -> Callable[..., None]:
+        return self.compiled if self.compiled is not None else self.python.launch
+
+    def forget(self) -> None:
+        """Drop what the compiled executor keeps of the last launch (its device entry)."""
+        if self.compiled is not None:
+            self.compiled.forget()
+
+    def configure(self, grid: Any, block: Any, options: dict) -> Callable[..., None]:
+        """The ``kernel[grid, block]`` callable."""
+        if self.compiled is not None:
+            return self.compiled.configure(grid, block, options.get("stream"), options.get("shared_mem"))
+        return functools.partial(self.python.launch, grid, block, **options)
+
+    def bind(self, kernel: Any, grid: Any, block: Any, args: tuple, options: dict) -> Callable[..., None]:
+        """``Kernel.bind``: check and pack now; the returned function repeats that launch."""
+        device, entry, g, b, shared_mem, stream, packed, keep = self.python.prepare(grid, block, *args, **options)
+        fixed = dict(options, shared_mem=shared_mem, stream=_checks.RawStream(stream, device))
+        launch = self.launch
+
+        def relaunch(*new_args: Any, **named: Any) -> None:
+            merged = list(args) + [_pylaunch.MISSING] * max(0, len(new_args) - len(args))
+            merged[: len(new_args)] = new_args
+            launch(grid, block, *merged, **fixed, **named)
+
+        plan = self.spec.plan
+        simple = not (
+            any(a.kind == "scratch" and a.options.get("size") for a in self.spec.args)
+            or any(options.get(k) for k in ("cluster", "cooperative", "pdl"))
+            or _pylaunch.needs_launch_ex(self.spec)
+            or not (g[0] and g[1] and g[2])
+            or (plan.oversized_shared and shared_mem > _driver.OVERSIZED_LAUNCH_BYTES)
+        )
+        if not simple:  # a launch that must do work each time (scratch, attributes): checked each time
+            bound = relaunch
+        elif self.compiled is not None:
+            offsets = tuple(p.offset for p in self.spec.params)
+            bound = _claunch.Bound(entry, g, b, shared_mem, stream, packed, offsets, relaunch)
+        else:
+            bound = _python_bound(self.spec, entry, g, b, shared_mem, stream, packed, relaunch)
+        try:
+            bound.kernel = kernel  # type: ignore[attr-defined]
+            bound._keep = keep  # type: ignore[attr-defined]
+        except AttributeError:  # the compiled Bound holds what it launches itself
+            pass
+        return bound
+
+
+def _python_bound(spec: KernelSpec, entry: tuple, g: tuple, b: tuple, shared_mem: int, stream: int, packed: bytes,
+                  relaunch: Callable[..., None]) -> Callable[..., None]:  # fmt: skip
+    """``Kernel.bind`` without the compiled module: the packed launch through ``cuda.bindings``."""
+    buf = ctypes.create_string_buffer(packed, max(len(packed), 1))
+    base = ctypes.addressof(buf)
+    pointers = (ctypes.c_void_p * max(len(spec.params), 1))(*[base + p.offset for p in spec.params])
+    call = (entry[E_FUNCTION], *g, *b, shared_mem, stream, ctypes.addressof(pointers) if spec.params else 0, 0)
+    cu_launch, success = _driver.cuLaunchKernel, _driver.SUCCESS
+
+    def bound(*new_args: Any, **named: Any) -> None:
+        if new_args or named:
+            return relaunch(*new_args, **named)
+        (err,) = cu_launch(*call)
+        if err != success:
+            relaunch()  # the checked launch retries in the right context or raises the CudaError
+
+    bound._hold = (buf, pointers, entry)  # type: ignore[attr-defined]
+    return bound
+
+
+def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, compiled: bool | None = None) -> Executor:
+    """The executor of one kernel: the Python one, and the compiled one in front of it unless
+    ``compiled`` is False or :func:`launch_path` says it is unavailable."""
+    devices = devices or Devices()
+    python = _pylaunch.build(spec, loader, devices)
+    hooks = _hooks.for_spec(spec, loader)
+    if hooks is not None:
+        python.launch = hooks.wrap(python.launch, devices)
+    path, why = launch_path()
+    use = path == "compiled" if compiled is None else compiled
+    if use and _claunch is None:
+        raise LaunchpadError(f"kernel {spec.display_name!r}: the compiled executor is unavailable: {why}")
+    launcher = None
+    if use:
+        ctx = _checks.Context(spec.display_name, spec.params, spec.args)
+        plan = spec.plan
+        count = spec.arg_count
+        optional = {a.path[0] for a in spec.args if a.path and a.kind == "const"} - {
+            a.path[0] for a in spec.args if a.path and a.kind != "const"
+        }
+        required = [i for i in range(count) if i not in optional]
+        stream = devices.current_stream
+        if stream is None and not _exchange_api_types():
+            stream = _checks.current_raw_stream
+        launcher = _claunch.Launcher(
+            plan_ops(spec, ctx),
+            tuple(p.offset for p in spec.params),
+            max((p.offset + p.size for p in spec.params), default=0),
+            (required[-1] + 1) if required else 0,
+            count,
+            (plan.block, plan.shared_mem, plan.grid_scale, plan.cluster, plan.cluster_spread, plan.cooperative,
+             plan.pdl, plan.oversized_shared),
+            loader.entries, loader.entry, python.launch, python.get_device, stream,
+            _checks.scratch, _checks.same_value, loader.coresident_blocks, ctx, hooks.check if hooks else None,
+            _exchange_api_types(),
+        )  # fmt: skip
+    return Executor(spec, loader, python, launcher, hooks)

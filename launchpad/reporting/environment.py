@@ -1,0 +1,160 @@
+"""What launchpad runs on: package versions, the driver, the devices and their launch limits, the
+cache. ``python -m launchpad info`` prints it; the benchmarks record it with their results."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["devices", "environment", "file_size", "gpu_status", "package_versions"]
+
+#: Distributions whose versions ``info`` and the benchmarks report; the first installed name wins.
+DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "triton": ("triton",),
+    "numba": ("numba",),
+    "numba-cuda": ("numba-cuda",),
+    "cuda-core": ("cuda-core",),
+    "cuda-bindings": ("cuda-bindings",),
+    "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x"),
+    "numpy": ("numpy",),
+    "matplotlib": ("matplotlib",),
+}
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed version of each peer distribution, None when it is not installed.
+
+    Read from package metadata, so nothing is imported (importing triton or numba takes seconds).
+    """
+    out: dict[str, str | None] = {}
+    for label, names in DISTRIBUTIONS.items():
+        out[label] = None
+        for name in names:
+            try:
+                out[label] = importlib.metadata.version(name)
+                break
+            except importlib.metadata.PackageNotFoundError:
+                continue
+    return out
+
+
+def gpu_status() -> tuple[bool, str]:
+    """``(True, "")`` when torch and the CUDA driver both see a GPU, else ``(False, why not)``.
+
+    launchpad launches on torch's streams, so it needs a CUDA build of torch as well as a GPU.
+    """
+    import torch
+
+    from ..core import driver as _driver
+    from ..errors import NoDeviceError
+
+    reasons = []
+    if torch.version.cuda is None:
+        reasons.append(f"this torch build ({torch.__version__}) has no CUDA support")
+    elif not torch.cuda.is_available():
+        reasons.append("torch sees no CUDA device")
+    try:
+        _driver.init()  # raises with the driver's own reason when there is none
+        if _driver.device_count() == 0:
+            reasons.append("the CUDA driver reports no GPU")
+    except NoDeviceError as exc:
+        reasons.append(str(exc).split(";")[0])  # the part after ';' is generic advice
+    return not reasons, "; ".join(reasons)
+
+
+def driver_version() -> str | None:
+    """The CUDA version the driver supports (``"13.0"``), None without a driver."""
+    from ..core import driver as _driver
+    from ..errors import LaunchpadError
+
+    try:
+        v = _driver.driver_version()
+    except LaunchpadError:
+        return None
+    return f"{v // 1000}.{v % 1000 // 10}"
+
+
+def devices() -> list[dict[str, Any]]:
+    """Name, compute capability and launch limits of every device the driver sees."""
+    from ..core import driver as _driver
+
+    out = []
+    for d in range(_driver.device_count()):
+        major, minor = _driver.compute_capability(d)
+        info: dict[str, Any] = {
+            "index": d,
+            "name": _driver.device_name(d),
+            "compute_capability": f"{major}.{minor}",
+            "arch": f"sm_{major}{minor}",
+            "sms": _driver.device_attribute(d, "multiprocessor_count"),
+            "max_threads_per_block": _driver.device_attribute(d, "max_threads_per_block"),
+            "max_shared_per_block": _driver.device_attribute(d, "max_shared_memory_per_block"),
+            "max_shared_per_block_optin": _driver.device_attribute(d, "max_shared_memory_per_block_optin"),
+            "max_shared_per_sm": _driver.device_attribute(d, "max_shared_memory_per_multiprocessor"),
+        }
+        try:
+            import torch
+
+            if torch.cuda.is_available() and d < torch.cuda.device_count():
+                info["total_memory"] = torch.cuda.get_device_properties(d).total_memory
+        except Exception:  # memory size is a nicety; the driver's attributes above are what matter
+            pass
+        out.append(info)
+    return out
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def cache_summary() -> dict[str, Any]:
+    from ..core import cache as _cache
+
+    found = _cache.entries()
+    return {
+        "dir": str(_cache.cache_dir()),
+        "entries": len(found),
+        "bytes": sum(file_size(p) for p in found),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """Everything ``info`` reports, as a JSON-ready dict (the benchmarks record it too)."""
+    import torch
+
+    import launchpad
+
+    ok, reason = gpu_status()
+    return {
+        "python": platform.python_version(),
+        "python_executable": sys.executable,
+        "platform": platform.platform(),
+        "cpu": cpu_model(),
+        "launchpad": launchpad.__version__,
+        "launch_path": list(launchpad.launch_path()),
+        "packages": package_versions(),
+        "torch_cuda": torch.version.cuda,
+        "driver": driver_version(),
+        "gpu_available": ok,
+        "no_gpu_reason": reason,
+        "devices": devices(),
+        "cache": cache_summary(),
+    }
+
+
+def file_size(path: Path) -> int:
+    """A file's size in bytes, 0 where it cannot be read."""
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
