@@ -8,11 +8,9 @@ argument buffer, by the compiled executor where it is built and the Python one o
 
 from __future__ import annotations
 
-from .core.artifact import load
 from .core.cache import cache_dir
-from .core.loader import ModuleCallbacks
 from .core.params import Param
-from .core.spec import Arg, KernelSpec, LaunchPlan
+from .core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks
 from .errors import (
     ArgumentError,
     ArgumentTypeError,
@@ -31,7 +29,7 @@ from .frontends.numba.frontend import from_numba
 from .frontends.triton.cache_folder import load_triton
 from .frontends.triton.in_process import from_triton
 from .frontends.triton.launcher import TritonLauncher, triton_launcher
-from .kernel import Kernel, from_image, load_cubin
+from .kernel import Kernel, from_image, load, load_cubin
 from .launch.executor import launch_path
 from .torch_ops import torch_op
 

@@ -1,9 +1,11 @@
 """``Kernel``: a :class:`~launchpad.core.spec.KernelSpec` made launchable.
 
-Every front end (C++, Triton, Numba) turns its input into a spec; ``Kernel(spec)`` owns the
-per-device loader (:mod:`launchpad.core.loader`) and the launch path built for that spec once
+Every front end (C++, Triton, Numba) turns its input into a finished spec; ``Kernel(spec)`` owns
+the per-device loader (:mod:`launchpad.core.loader`) and the launch path built for that spec once
 (:mod:`launchpad.launch.executor`: the compiled executor where it is built, the generated Python one
-otherwise). The image is loaded into a device on the first launch there.
+otherwise). The image is loaded into a device on the first launch there. The ways to a Kernel
+that need no front end live here too: a binary (:func:`load_cubin`, :func:`from_image`) and a
+saved artifact (:func:`load`).
 """
 
 from __future__ import annotations
@@ -16,15 +18,16 @@ from typing import Any
 
 import torch
 
+from .core import artifact as _artifact
+from .core import driver as _driver
 from .core.binary import BinaryKernel, kernels_in_image, read_image
-from .core.loader import Loader, ModuleCallbacks
-from .core.params import apply_signature, layout_from_signature, parse_signature
-from .core.spec import KernelSpec
-from .errors import ArgumentError, BinaryError, LaunchpadError, NoDeviceError
+from .core.loader import Loader
+from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
+from .errors import ArgumentError, BinaryError, NoDeviceError
 from .launch import executor as _executor
 from .launch.checks import Context
 
-__all__ = ["Kernel", "from_image", "load_cubin"]
+__all__ = ["Kernel", "from_image", "load", "load_cubin"]
 
 #: ``kernel[...]`` configurations kept per kernel; a loop over ever-new grids does not grow it
 #: further (the cache is emptied when full).
@@ -48,7 +51,8 @@ class Kernel:
         (None, the default). Both give the same launches and errors.
     callbacks : ModuleCallbacks, optional
         Functions to run with each module loaded and before it is unloaded (what numba-cuda's
-        linked files ask for); a kernel with callbacks cannot be saved.
+        linked files ask for), in place of the spec's own ``callbacks``; a kernel with callbacks
+        cannot be saved.
 
     Attributes
     ----------
@@ -63,8 +67,10 @@ class Kernel:
     def __init__(self, spec: KernelSpec, *, compiled: bool | None = None, callbacks: ModuleCallbacks | None = None):
         if not isinstance(spec, KernelSpec):
             raise TypeError(f"Kernel(spec) takes a launchpad.KernelSpec, got {type(spec).__name__}")
+        if callbacks is not None:
+            spec = spec.replace(callbacks=callbacks)
         self.spec = spec
-        self._loader = Loader(spec, callbacks)
+        self._loader = Loader(spec)
         self._context = Context(spec.display_name, spec.params, spec.args)
         self._executor = _executor.build(spec, self._loader, compiled=compiled)
         # The instance attribute shadows the documented method below: one call, no extra frame.
@@ -212,8 +218,6 @@ class Kernel:
     def attributes(self, device: int | None = None) -> dict[str, int]:
         """Registers, static/dynamic/local/constant memory, max threads per block, PTX and
         binary versions, as the driver reports them for ``device`` (default: current)."""
-        from .core import driver as _driver
-
         function = self._loader.function(self._device(device))
         return {name: _driver.function_attribute(function, name) for name in _driver.FUNCTION_ATTRIBUTES}
 
@@ -249,8 +253,6 @@ class Kernel:
 
     def to_json(self) -> dict:
         """The artifact :meth:`save` writes, without its ``sha256`` field."""
-        from .core import artifact as _artifact
-
         return _artifact.body(self.spec)
 
     def save(self, path: str | Path) -> Path:
@@ -259,17 +261,27 @@ class Kernel:
         The artifact records the SHA-256 of its content, which :func:`launchpad.load` checks. It
         is written to a unique temporary file in the same directory and renamed over ``path``,
         so processes saving to the same path at once each leave a whole artifact, never a mix.
-        """
-        from .core import artifact as _artifact
 
-        callbacks = self._loader.callbacks
-        if callbacks is not None and (callbacks.setup or callbacks.teardown):
-            names = ", ".join(getattr(f, "__qualname__", repr(f)) for f in (*callbacks.setup, *callbacks.teardown))
-            raise LaunchpadError(
-                f"kernel {self.display_name!r} cannot be saved: it runs module callbacks ({names}) of the files it "
-                "links when it loads, and an artifact holds no Python code"
-            )
+        Raises
+        ------
+        LaunchpadError
+            The kernel runs module callbacks when it loads (an artifact holds no Python code).
+        """
         return _artifact.save(self.spec, path)
+
+
+def load(path: str | Path) -> Kernel:
+    """Load an artifact written by :meth:`Kernel.save <launchpad.Kernel.save>` as a
+    :class:`~launchpad.Kernel`; needs neither Triton nor Numba.
+
+    Raises
+    ------
+    BinaryError
+        The file is not a launchpad artifact, is of another format version, or is damaged.
+    LaunchpadError
+        The file cannot be read.
+    """
+    return Kernel(_artifact.read(path))
 
 
 def load_cubin(
@@ -311,39 +323,3 @@ def from_image(
     """A :class:`Kernel` for entry ``name`` of an image whose kind (``cubin``, ``fatbin``, ``ptx``)
     is known; see :func:`load_cubin`."""
     return Kernel(spec_from_image(image, kind, name, signature=signature, display_name=display_name))
-
-
-def spec_from_image(
-    image: bytes,
-    kind: str,
-    name: str,
-    *,
-    signature: str | Sequence[str] | None = None,
-    display_name: str | None = None,
-    metadata: dict | None = None,
-) -> KernelSpec:
-    """The spec of entry ``name`` of an image: its parameters read from the binary, typed by
-    ``signature``, one argument per parameter (front ends replace what they know better).
-
-    Raises
-    ------
-    BinaryError
-        The image is damaged where that can be told without a GPU, or has no kernel ``name``.
-    """
-    label = repr(display_name or name) + (f" (symbol {name})" if display_name and display_name != name else "")
-    try:
-        kernels = kernels_in_image(image, kind)
-    except BinaryError as exc:
-        raise BinaryError(f"kernel {label}: {exc}") from None
-    words = parse_signature(signature) if signature is not None else None
-    binary = kernels.get(name)
-    if binary is None:
-        if kernels or words is None or kind == "cubin":
-            known = ", ".join(sorted(kernels)) or "none readable"
-            raise BinaryError(f"kernel {label} is not in this {kind} (kernels: {known})")
-        found = layout_from_signature(words)  # e.g. a compressed fatbin: trust the signature
-    else:
-        found = list(binary.params)
-        if words is not None:
-            found = apply_signature(found, words, display_name or name)
-    return KernelSpec(image, kind, name, tuple(found), display_name=display_name or name, metadata=metadata or {})

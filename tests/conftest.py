@@ -130,8 +130,6 @@ class FakeGPU:
         patch.setitem(loader.entries, device, entry)
         devices = _executor.Devices(lambda: device, lambda dev: stream, self.cu_launch)
         executor = _executor.build(kernel.spec, loader, devices, compiled=self.executor == "compiled")
-        if executor.hooks is not None and kernel._executor.hooks is not None:  # what the front end told its hooks
-            executor.hooks.launch_metadata = kernel._executor.hooks.launch_metadata
         patch.setattr(kernel, "_executor", executor)
         patch.setattr(kernel, "launch", executor.launch)
         patch.setattr(kernel, "_configs", {})

@@ -94,7 +94,7 @@ def test_template_instance_is_found_by_name_expression(module, tmp_path):
 def test_ptx_layout_agrees_with_the_cubin_in_sizes(module):
     from cuda.bindings import nvrtc  # PTX needs no driver through NVRTC directly
 
-    from launchpad.frontends.cpp.compiler import _cuda_include_dir
+    from launchpad.core.toolchain import _cuda_include_dir
 
     _, prog = nvrtc.nvrtcCreateProgram(SOURCE.encode(), b"t.cu", 0, [], [])
     opts = [b"-arch=compute_90", f"-I{_cuda_include_dir()}".encode()]

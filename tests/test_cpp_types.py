@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import launchpad as lp
+from launchpad.core import toolchain
 from launchpad.frontends.cpp import compiler as _cpp
 from launchpad.frontends.cpp.demangle import CType, kernel_parameter_types, probe_expression, type_word
 
@@ -209,7 +210,7 @@ __global__ void block_max(const T* x, T* out, cuda::std::int32_t n) {
 
 
 def test_cooperative_groups_cub_and_cuda_std_compile():
-    assert _cpp._cccl_include_dir() is not None, "the nvidia-cuda-cccl wheel is a dependency of cuda-python"
+    assert toolchain._cccl_include_dir() is not None, "the nvidia-cuda-cccl wheel is a dependency of cuda-python"
     ks = lp.compile_cuda_module(CCCL_SOURCE, ["grid_sum", "block_max<float>", "block_max<int>"], arch=90)
     assert [p.type for p in ks["grid_sum"].params] == ["*fp32", "*fp32", "*fp32", "i32"]
     assert [p.type for p in ks["block_max<int>"].params] == ["*i32", "*i32", "i32"]

@@ -348,7 +348,7 @@ def test_cooperative_and_pdl_launches(kernels):
 def test_ptx_and_cubin_files_load(kernels, tmp_path):
     from cuda.core import Program, ProgramOptions
 
-    from launchpad.frontends.cpp.compiler import _cuda_include_dir
+    from launchpad.core.toolchain import _cuda_include_dir
 
     ptx = Program(SOURCE, "c++", ProgramOptions(arch="sm_90", include_path=[_cuda_include_dir()])).compile("ptx").code
     (tmp_path / "k.ptx").write_bytes(ptx)

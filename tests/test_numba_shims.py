@@ -29,7 +29,8 @@ from test_numba import FakeCAI, q
 
 import launchpad as lp
 from launchpad.core import driver as _driver
-from launchpad.core.loader import Loader, ModuleCallbacks
+from launchpad.core.loader import Loader
+from launchpad.core.spec import ModuleCallbacks
 from launchpad.frontends.numba import args as _numba_args
 
 ARCH = "sm_90"
@@ -151,7 +152,7 @@ def test_a_failing_setup_callback_names_the_kernel(fake_library):
         raise RuntimeError("no such global")
 
     spec = lp.compile_cuda('extern "C" __global__ void k() {}', "k", arch=90).spec
-    loader = Loader(spec, ModuleCallbacks(setup=(refuse,)))
+    loader = Loader(spec.replace(callbacks=ModuleCallbacks(setup=(refuse,))))
     with pytest.raises(lp.LaunchpadError) as err:
         loader._load_library(0)
     assert str(err.value) == (

@@ -90,14 +90,14 @@ class Ran:
     def __init__(self, fake_gpu, monkeypatch):
         self.fake = fake_gpu
         self.kernels: dict[int, launchpad.Kernel] = {}
-        real = lpt.kernel_of
+        real = lpt.Kernel
 
-        def build(spec, fn=None):
-            kernel = fake_gpu.install(real(spec, fn))
+        def build(spec):
+            kernel = fake_gpu.install(real(spec))
             self.kernels[kernel._loader.entries[-1][0]] = kernel
             return kernel
 
-        monkeypatch.setattr(lpt, "kernel_of", build)
+        monkeypatch.setattr(lpt, "Kernel", build)
 
     def const(self, name: str):
         kernel = self.kernels[self.fake.last.function]

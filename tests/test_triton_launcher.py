@@ -39,14 +39,14 @@ class Launchers:
     def __init__(self, fake_gpu, monkeypatch):
         self.fake = fake_gpu
         self.function_of: dict[int, int] = {}
-        real = lpt.kernel_of
+        real = lpt.Kernel
 
-        def build(spec, fn=None):
-            kernel = fake_gpu.install(real(spec, fn))  # each kernel gets a fake function of its own
+        def build(spec):
+            kernel = fake_gpu.install(real(spec))  # each kernel gets a fake function of its own
             self.function_of[id(kernel)] = kernel._loader.entries[-1][0]
             return kernel
 
-        monkeypatch.setattr(lpt, "kernel_of", build)
+        monkeypatch.setattr(lpt, "Kernel", build)
 
     def ran(self, kernel) -> bool:
         """Whether the last launch ran ``kernel``."""

@@ -11,6 +11,9 @@ Modules: ``harness`` (timing method, statistics, tables, JSON and chart), ``cont
 tensors, the C floor), ``launchers`` (one factory per launcher), ``targets`` (the performance
 targets and their verdicts), ``compile_times``, ``breakdown`` (where a launch's time goes), and
 ``runner`` (the command).
+
+Imports: anything in launchpad (it measures the library through its public names and its
+executors). Only the CLI imports this folder; the library never does.
 """
 
 from .runner import run

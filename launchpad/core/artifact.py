@@ -3,8 +3,10 @@
 Format version 3: ``{"format": "launchpad.kernel", "version": 3, **spec.to_json(), "sha256"}``,
 the digest over the canonical JSON of everything else. Version 2 (launchpad 0.1) differs only in
 its launch plan's field names and is read too; version 1 (no digest) is refused. Writes go
-through a unique temporary file and an atomic rename. :func:`read` is the one parser: ``load``
-and ``python -m launchpad inspect`` both use it, so both check the digest.
+through a unique temporary file and an atomic rename. :func:`read` is the one parser:
+:func:`launchpad.load` and ``python -m launchpad inspect`` both use it, so both check the digest.
+Artifacts hold specs, not Kernels: :func:`launchpad.load` makes the Kernel of what :func:`read`
+returns.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 from ..errors import BinaryError, LaunchpadError
 from .spec import KernelSpec
 
-__all__ = ["ARTIFACT_FORMAT", "ARTIFACT_VERSION", "load", "read", "save"]
+__all__ = ["ARTIFACT_FORMAT", "ARTIFACT_VERSION", "body", "read", "save"]
 
 ARTIFACT_FORMAT = "launchpad.kernel"
 ARTIFACT_VERSION = 3
@@ -39,7 +41,20 @@ def digest(content: dict) -> str:
 
 
 def save(spec: KernelSpec, path: str | Path) -> Path:
-    """Write ``spec`` to ``path`` (see the module documentation)."""
+    """Write ``spec`` to ``path`` (see the module documentation).
+
+    Raises
+    ------
+    LaunchpadError
+        The spec runs module callbacks when it loads: an artifact holds no Python code.
+    """
+    callbacks = spec.callbacks
+    if callbacks is not None and (callbacks.setup or callbacks.teardown):
+        names = ", ".join(getattr(f, "__qualname__", repr(f)) for f in (*callbacks.setup, *callbacks.teardown))
+        raise LaunchpadError(
+            f"kernel {spec.display_name!r} cannot be saved: it runs module callbacks ({names}) of the files it "
+            "links when it loads, and an artifact holds no Python code"
+        )
     path = Path(path)
     content = json.loads(json.dumps(body(spec)))  # as read() will see it
     text = json.dumps({**content, "sha256": digest(content)})
@@ -112,19 +127,3 @@ def read(path: str | Path) -> KernelSpec:
         return KernelSpec.from_json(d)
     except (KeyError, TypeError, ValueError) as exc:  # consistent but not what save() writes
         raise BinaryError(f"{what} is not a valid artifact: {type(exc).__name__}: {exc}") from None
-
-
-def load(path: str | Path) -> Any:
-    """Load an artifact written by :meth:`Kernel.save <launchpad.Kernel.save>` as a
-    :class:`~launchpad.Kernel`; needs neither Triton nor Numba.
-
-    Raises
-    ------
-    BinaryError
-        The file is not a launchpad artifact, is of another format version, or is damaged.
-    LaunchpadError
-        The file cannot be read.
-    """
-    from ..kernel import Kernel
-
-    return Kernel(read(path))

@@ -16,7 +16,6 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -26,7 +25,7 @@ from . import driver as _driver
 from .binary import arch_runs_on, image_arch
 from .spec import KernelSpec
 
-__all__ = ["LoadedModule", "Loader", "ModuleCallbacks"]
+__all__ = ["LoadedModule", "Loader"]
 
 # The fields of an entry tuple, by index (the compiled executor reads the same positions): the
 # function (cuda.bindings), its limits, its address, the driver's launch entry points and the
@@ -43,17 +42,6 @@ _IMAGE_ERRORS = frozenset({
     "CUDA_ERROR_NOT_FOUND",
     "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND",
 })  # fmt: skip
-
-
-@dataclass(frozen=True)
-class ModuleCallbacks:
-    """Functions to run with each module a kernel loads, as numba-cuda runs a linked file's
-    ``setup_callback`` / ``teardown_callback``: each gets the loaded cuda.core ``ObjectCode``
-    (its ``handle`` is the ``CUlibrary``), setup right after the load on that device (before the
-    first launch), teardown before the module is unloaded."""
-
-    setup: tuple[Callable[[Any], Any], ...] = ()
-    teardown: tuple[Callable[[Any], Any], ...] = ()
 
 
 class LoadedModule:
@@ -86,9 +74,9 @@ def _tear_down(teardown: tuple, library: Any, device: int) -> None:
 class Loader:
     """Per-device module handles and launch limits of one kernel (see the module documentation)."""
 
-    def __init__(self, spec: KernelSpec, callbacks: ModuleCallbacks | None = None):
+    def __init__(self, spec: KernelSpec):
         self.spec = spec
-        self.callbacks = callbacks
+        self.callbacks = spec.callbacks
         self.name = spec.display_name
         self.modules: dict[int, LoadedModule] = {}
         self.entries: dict[int, tuple] = {}  # device -> entry tuple, read by the executors

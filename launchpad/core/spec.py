@@ -3,19 +3,25 @@
 A spec is a frozen value: the binary image, the entry symbol, the exact parameter layout
 (:class:`~launchpad.core.params.Param`), how the launch's arguments map onto those parameters
 (:class:`Arg`) and what every launch of it fixes (:class:`LaunchPlan`). Front ends (C++,
-Triton, Numba) only turn their input into a spec; :class:`~launchpad.Kernel` loads and launches
-any spec; saved artifacts store a spec as JSON. Both launch executors (the compiled one and the
-generated Python one) take their instructions from the spec alone.
+Triton, Numba) only turn their input into a spec, finished before any Kernel exists;
+:class:`~launchpad.Kernel` loads and launches any spec; saved artifacts store a spec as JSON. Both
+launch executors (the compiled one and the generated Python one) take their instructions from the
+spec alone. A spec may also hold Python objects a kernel needs while it lives (module callbacks,
+objects to keep alive, a launch-metadata function for launch hooks): they are part of the value,
+but not of its JSON.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from .params import Param
+from ..errors import BinaryError
+from .binary import kernels_in_image
+from .params import Param, apply_signature, layout_from_signature, parse_signature
 
-__all__ = ["Arg", "KernelSpec", "LaunchPlan", "plain_args"]
+__all__ = ["Arg", "KernelSpec", "LaunchPlan", "ModuleCallbacks", "plain_args", "spec_from_image"]
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,17 @@ class LaunchPlan:
 
 
 @dataclass(frozen=True)
+class ModuleCallbacks:
+    """Functions to run with each module a kernel loads, as numba-cuda runs a linked file's
+    ``setup_callback`` / ``teardown_callback``: each gets the loaded cuda.core ``ObjectCode``
+    (its ``handle`` is the ``CUlibrary``), setup right after the load on that device (before the
+    first launch), teardown before the module is unloaded."""
+
+    setup: tuple[Callable[[Any], Any], ...] = ()
+    teardown: tuple[Callable[[Any], Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class KernelSpec:
     """Everything about a kernel that launching it needs, as one serializable value.
 
@@ -149,6 +166,18 @@ class KernelSpec:
         What every launch fixes.
     metadata
         Front-end facts kept with the kernel (JSON only); not used to launch.
+    callbacks
+        Functions to run with each module loaded and before it is unloaded (what numba-cuda's
+        linked files ask for); a spec with callbacks cannot be saved.
+    keepalive
+        Objects the compiled code refers to by address (device arrays a Numba kernel captured
+        from globals), kept alive as long as the kernel.
+    launch_metadata
+        The function launch hooks call for a launch's metadata (a Triton JIT function's
+        ``launch_metadata``), or None.
+
+    ``callbacks``, ``keepalive`` and ``launch_metadata`` are Python objects: they are not part of
+    the JSON an artifact stores, nor of equality.
     """
 
     image: bytes
@@ -159,6 +188,9 @@ class KernelSpec:
     plan: LaunchPlan = LaunchPlan()
     display_name: str = ""
     metadata: dict = field(default_factory=dict, compare=False)
+    callbacks: ModuleCallbacks | None = field(default=None, compare=False)
+    keepalive: tuple = field(default=(), compare=False)
+    launch_metadata: Callable[..., Any] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", tuple(self.params))
@@ -213,3 +245,39 @@ class KernelSpec:
             display_name=d["display_name"],
             metadata=d.get("metadata", {}),
         )
+
+
+def spec_from_image(
+    image: bytes,
+    kind: str,
+    name: str,
+    *,
+    signature: str | Sequence[str] | None = None,
+    display_name: str | None = None,
+    metadata: dict | None = None,
+) -> KernelSpec:
+    """The spec of entry ``name`` of an image: its parameters read from the binary, typed by
+    ``signature``, one argument per parameter (front ends replace what they know better).
+
+    Raises
+    ------
+    BinaryError
+        The image is damaged where that can be told without a GPU, or has no kernel ``name``.
+    """
+    label = repr(display_name or name) + (f" (symbol {name})" if display_name and display_name != name else "")
+    try:
+        kernels = kernels_in_image(image, kind)
+    except BinaryError as exc:
+        raise BinaryError(f"kernel {label}: {exc}") from None
+    words = parse_signature(signature) if signature is not None else None
+    binary = kernels.get(name)
+    if binary is None:
+        if kernels or words is None or kind == "cubin":
+            known = ", ".join(sorted(kernels)) or "none readable"
+            raise BinaryError(f"kernel {label} is not in this {kind} (kernels: {known})")
+        found = layout_from_signature(words)  # e.g. a compressed fatbin: trust the signature
+    else:
+        found = list(binary.params)
+        if words is not None:
+            found = apply_signature(found, words, display_name or name)
+    return KernelSpec(image, kind, name, tuple(found), display_name=display_name or name, metadata=metadata or {})

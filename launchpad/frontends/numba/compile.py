@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ...core.toolchain import compile_object
 from ...errors import CompileError, LaunchpadError
-from ..cpp import compiler as _cpp
 
 __all__ = ["Compiled", "compile_kernel", "cudadevrt", "linked_object", "refuse_nrt"]
 
@@ -129,19 +129,19 @@ def _compile_public(pyfunc: Any, argtypes: tuple, cc: tuple, options: dict) -> C
 
 def linked_object(item: Any, arch: str, output: str) -> Any:
     """A file given to ``declare_device(link=...)`` (a path or Numba ``LinkableCode``) as an
-    object :func:`launchpad.link` takes; CUDA C++ sources are compiled with NVRTC."""
+    object the toolchain links; CUDA C++ sources are compiled with NVRTC."""
     from cuda.core import ObjectCode
 
     if isinstance(item, (str, Path)):
         path = Path(item)
         if path.suffix == ".cu":
-            return _cpp.compile_cuda_object(path.read_text(), arch=arch, output=output, include_dirs=[path.parent])
+            return compile_object(path.read_text(), arch=arch, output=output, include_dirs=[path.parent])
         data, kind = path.read_bytes(), path.suffix.lstrip(".")
     else:  # a LinkableCode: its callbacks come with the code library (see module_callbacks)
         data = item.data
         kind = _linkable_kind(item)
         if kind == "cu":
-            return _cpp.compile_cuda_object(data if isinstance(data, str) else data.decode(), arch=arch, output=output)
+            return compile_object(data if isinstance(data, str) else data.decode(), arch=arch, output=output)
         if isinstance(data, str):
             data = data.encode()
     if kind == "a":

@@ -2,7 +2,7 @@
 
 :func:`from_numba` compiles a Python function with Numba's compiler for one signature (never
 through the dispatcher, which needs a GPU and costs tens of microseconds per launch), links the
-result with nvJitLink (:func:`launchpad.link`) and describes Numba's kernel ABI to the launch
+result with nvJitLink (:mod:`launchpad.core.toolchain`) and describes Numba's kernel ABI to the launch
 core: each array argument expands into ``5 + 2 * ndim`` parameters, filled per launch by
 ``CONVERTERS["numba_array"]`` (:mod:`launchpad.frontends.numba.args`); complex scalars into two.
 
@@ -19,15 +19,14 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from ...core.loader import ModuleCallbacks
-from ...core.spec import Arg, LaunchPlan
+from ...core import toolchain
+from ...core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks, spec_from_image
 from ...errors import CompileError, LaunchpadError
 from ...kernel import Kernel
-from ..cpp import compiler as _cpp
 from . import args as _numba_args  # noqa: F401  (_numba_args registers the converters the kernels use)
 from .compile import compile_kernel, cudadevrt, linked_object, refuse_nrt
 
-__all__ = ["from_numba"]
+__all__ = ["describe_arguments", "from_numba", "numba_spec"]
 
 #: numpy element types an array argument may have, with the pointer type word of its data.
 _ELEMENT_WORDS = {
@@ -90,7 +89,7 @@ def from_numba(
         runtime (NRT).
     """
     with _numpy_row_stack_alias():
-        return _from_numba(fn, signature, arch, lto, link)
+        return Kernel(numba_spec(fn, signature, arch, lto, link))
 
 
 _alias_lock = threading.Lock()
@@ -126,7 +125,8 @@ def _numpy_row_stack_alias() -> Iterator[None]:
                     del np.row_stack
 
 
-def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any]) -> Kernel:
+def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any]) -> KernelSpec:
+    """The finished spec of a Numba kernel (see :func:`from_numba`)."""
     pyfunc = getattr(fn, "py_func", fn)
     target_options = dict(getattr(fn, "targetoptions", None) or {})
     if target_options.get("device"):
@@ -141,7 +141,7 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
     except LaunchpadError as exc:  # a type launchpad cannot pass: say which kernel
         raise LaunchpadError(f"kernel {name!r}, {exc}") from None
 
-    arch = _cpp.resolve_arch(arch)
+    arch = toolchain.resolve_arch(arch)
     cc = _compute_capability(arch)
     options = {k: target_options[k] for k in _JIT_OPTIONS if target_options.get(k) is not None}
     compiled = compile_kernel(pyfunc, argtypes, cc, lto, options)
@@ -149,32 +149,30 @@ def _from_numba(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[An
     objects = [*compiled.codes, *(linked_object(f, arch, compiled.output) for f in compiled.linking_files), *link]
     if compiled.cooperative:
         objects.append(cudadevrt())
-    # LTO when Numba's code is LTO-IR; otherwise link decides from the objects given
+    # LTO when Numba's code is LTO-IR; otherwise the linker decides from the objects given
     lto_link = True if compiled.output == "ltoir" else None
     try:
-        linked = _cpp.link_spec(objects, compiled.entry, arch=arch, signature=words, display_name=name, lto=lto_link)
+        cubin = toolchain.link(objects, arch, lto=lto_link, what=f"kernel {name!r}")
     except CompileError as exc:
         if "NRT_" in str(exc.log):
             refuse_nrt(name, replace(compiled, uses_nrt=True))
         raise
-    kernel = Kernel(
-        linked.replace(
-            params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),
-            args=tuple(args),
-            plan=LaunchPlan(cooperative=compiled.cooperative),
-            metadata={
-                "frontend": "numba",
-                "arch": arch,
-                "signature": ", ".join(str(t) for t in argtypes),
-                "cooperative": compiled.cooperative,
-                "lto": compiled.output == "ltoir",
-            },
-        ),
+    linked = spec_from_image(cubin, "cubin", compiled.entry, signature=words, display_name=name)
+    return linked.replace(
+        params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),
+        args=tuple(args),
+        plan=LaunchPlan(cooperative=compiled.cooperative),
+        metadata={
+            "frontend": "numba",
+            "arch": arch,
+            "signature": ", ".join(str(t) for t in argtypes),
+            "cooperative": compiled.cooperative,
+            "lto": compiled.output == "ltoir",
+        },
         callbacks=ModuleCallbacks(compiled.setup, compiled.teardown) if compiled.setup or compiled.teardown else None,
+        # device arrays a kernel captured from globals: their addresses are baked into the code
+        keepalive=tuple(compiled.keepalive.values()),
     )
-    # device arrays a kernel captured from globals: their addresses are baked into the code
-    kernel._numba_keepalive = compiled.keepalive  # type: ignore[attr-defined]
-    return kernel
 
 
 # --- the kernel's parameters ----------------------------------------------------------------------

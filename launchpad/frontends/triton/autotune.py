@@ -26,16 +26,16 @@ from ...errors import CompileError, OutOfResources
 __all__ = ["AutotunedLauncher", "HeuristicsLauncher", "wrap"]
 
 
-def wrap(fn: Any, target: Any) -> Any:
-    """The launcher of a JIT function, or of an autotuned or heuristics-wrapped one."""
-    from .launcher import TritonLauncher
-
+def wrap(fn: Any, target: Any, launcher: Callable[[Any, Any], Any]) -> Any:
+    """The launcher of a JIT function, or of an autotuned or heuristics-wrapped one: the wrappers
+    around ``launcher(jit_fn, target)`` (a :class:`~launchpad.TritonLauncher`) for the JIT
+    function at the bottom."""
     kind = type(fn).__name__
     if kind == "Autotuner" and hasattr(fn, "configs"):
-        return AutotunedLauncher(fn, wrap(fn.fn, target))
+        return AutotunedLauncher(fn, wrap(fn.fn, target, launcher))
     if kind == "Heuristics" and hasattr(fn, "values"):
-        return HeuristicsLauncher(fn, wrap(fn.fn, target))
-    return TritonLauncher(fn, target)
+        return HeuristicsLauncher(fn, wrap(fn.fn, target, launcher))
+    return launcher(fn, target)
 
 
 class _Wrapper:

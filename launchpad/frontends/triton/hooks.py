@@ -38,7 +38,7 @@ class TritonHooks:
             _NAMES,
             tuple(getattr(getattr(type(runtime), n, None), "calls", None) for n in _NAMES),
         )
-        self.launch_metadata: Any = None  # the JIT function's launch_metadata, where known
+        self.launch_metadata = spec.launch_metadata  # the JIT function's, where the kernel came from one
         self.arg_names = spec.arg_names
 
     def hooks(self) -> tuple[Any, Any] | None:

@@ -25,7 +25,7 @@ from .cache_folder import ttir_leaves
 from .spec import Leaf, build_spec, divisible16, jsonable
 from .versions import check_installed, convention
 
-__all__ = ["from_triton", "kernel_of"]
+__all__ = ["from_triton", "with_source"]
 
 
 # --- CompiledKernel ----------------------------------------------------------------------------
@@ -82,18 +82,15 @@ def _from_compiled(compiled: Any) -> KernelSpec:
         display = md["name"]
     spec = build_spec(image, md, leaves, display)
     if src is not None and hasattr(src, "signature"):
-        spec.metadata["signature"] = jsonable({str(k): v for k, v in src.signature.items()})
+        signature = jsonable({str(k): v for k, v in src.signature.items()})
+        spec = spec.replace(metadata={**spec.metadata, "signature": signature})
     return spec
 
 
-def kernel_of(spec: KernelSpec, fn: Any = None) -> Kernel:
-    """The Kernel of a Triton spec; ``fn``, the JIT function it came from, gives its launch hooks
-    the function's ``launch_metadata``, as Triton's launcher passes them."""
-    kernel = Kernel(spec)
-    hooks = kernel._executor.hooks
-    if hooks is not None and fn is not None:
-        hooks.launch_metadata = getattr(fn, "launch_metadata", None)
-    return kernel
+def with_source(spec: KernelSpec, fn: Any) -> KernelSpec:
+    """A Triton spec finished with what the JIT function it came from gives its launches: the
+    function's ``launch_metadata``, which launch hooks call as Triton's launcher does."""
+    return spec.replace(launch_metadata=getattr(fn, "launch_metadata", None)) if fn is not None else spec
 
 
 # --- compiling a jit function --------------------------------------------------------------------
@@ -265,7 +262,7 @@ def from_triton(
         compiled_or_jit = compiled_or_jit.result()  # a FutureKernel of Triton's async compile mode
     if hasattr(compiled_or_jit, "asm") and hasattr(compiled_or_jit, "metadata"):
         src = getattr(compiled_or_jit, "src", None)
-        return kernel_of(_from_compiled(compiled_or_jit), getattr(src, "fn", None))
+        return Kernel(with_source(_from_compiled(compiled_or_jit), getattr(src, "fn", None)))
     options = {"num_warps": num_warps, "num_stages": num_stages, **options}
     compiled = _compile_jit(compiled_or_jit, signature, constexprs, attrs, target, options)
-    return kernel_of(_from_compiled(compiled), compiled_or_jit)
+    return Kernel(with_source(_from_compiled(compiled), compiled_or_jit))

@@ -23,7 +23,8 @@ import torch
 from ...errors import ArgumentError
 from ...kernel import Kernel
 from ...launch import executor as _executor
-from .in_process import _from_compiled, _run_options, _target, kernel_of
+from .autotune import wrap
+from .in_process import _from_compiled, _run_options, _target, with_source
 from .versions import check_installed
 
 __all__ = ["TritonLauncher", "triton_launcher"]
@@ -207,7 +208,7 @@ class TritonLauncher:
             kernel = self.kernels.get(cache_key)
             if kernel is None:
                 compiled = self._compile(target, backend, kwargs, bound, specialization, options)
-                kernel = self.kernels[cache_key] = kernel_of(_from_compiled(compiled), self.fn)
+                kernel = self.kernels[cache_key] = Kernel(with_source(_from_compiled(compiled), self.fn))
             return kernel
 
     def _compile(self, target, backend, kwargs, bound, specialization, options) -> Any:
@@ -246,16 +247,14 @@ def triton_launcher(fn: Any, *, target: Any = None) -> Any:
     loop is cheap. ``target`` (a ``GPUTarget`` or int arch) makes a separate launcher compiling
     for that target.
     """
-    from .autotune import wrap
-
     if target is None:
         launcher = getattr(fn, _LAUNCHERS_ATTR, None)
         if launcher is not None:
             return launcher
-        launcher = wrap(fn, None)
+        launcher = wrap(fn, None, TritonLauncher)
         try:
             setattr(fn, _LAUNCHERS_ATTR, launcher)
         except AttributeError:
             pass
         return launcher
-    return wrap(fn, target)
+    return wrap(fn, target, TritonLauncher)
