@@ -1368,3 +1368,52 @@ def test_without_cuda_the_errors_name_the_kernel(cpu_kernels):
         k.launch(1, 32, None, None, 1.0, 1, stream=0)
     with pytest.raises(lp.NoDeviceError, match=r"^kernel 'scale' cannot be loaded: "):
         k.load()
+
+
+NO_DRIVER = (
+    "Found no NVIDIA driver on your system. Please check that you have an NVIDIA GPU and installed a driver from "
+    "http://www.nvidia.com/Download/index.aspx"
+)
+NO_GPU_MESSAGE = (
+    r"^kernel 'scale': torch finds no usable GPU \(Found no NVIDIA driver on your system\. .*\); launching needs a "
+    r"GPU and its driver, compiling and inspecting kernels do not$"
+)
+
+
+def _raise_no_driver(*_: Any) -> int:
+    raise RuntimeError(NO_DRIVER)  # what a CUDA build of torch raises for its current device without a driver
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_cuda_torch_without_a_driver_raises_no_device_error(executor, monkeypatch):
+    """A CUDA build of torch on a machine without a GPU (a login node, a CI runner): every launch,
+    however it is spelled and by either executor, raises NoDeviceError with launchpad's message,
+    not torch's RuntimeError; compiling and inspecting work."""
+    monkeypatch.setattr(_checks, "current_device", _raise_no_driver)  # before the kernel's executors are made
+    monkeypatch.setattr(_checks, "current_raw_stream", _raise_no_driver)
+    k = lp.compile_cuda(CPP_SOURCE, "scale", arch="sm_90")
+    k = lp.Kernel(k.spec, compiled=executor == "compiled")
+    assert [p.type for p in k.params] == ["*fp32", "*fp32", "fp32", "i32"] and k.binary is not None
+    x = torch.ones(4)
+    for launch in (
+        lambda: k.launch(1, 32, x, x, 1.0, 4),
+        lambda: k[1, 32](x, x, 1.0, 4),
+        lambda: k.launch(1, 32, x, x, 1.0, 4, stream=0),
+        lambda: k.launch(1, 32, x, x, 1.0, 4, shared_mem=16),
+        lambda: k.bind(1, 32, x, x, 1.0, 4),
+    ):
+        with pytest.raises(lp.NoDeviceError, match=NO_GPU_MESSAGE):
+            launch()
+
+
+@pytest.mark.skipif(torch.version.cuda is None or torch.cuda.is_available(), reason="needs a CUDA torch, no GPU")
+def test_this_cuda_torch_without_a_gpu_raises_no_device_error(cpu_kernels):
+    """The same, unpatched: what this machine's CUDA build of torch really raises (CI's leg with
+    the registry's torch)."""
+    k = cpu_kernels["cpp"]
+    with pytest.raises(lp.NoDeviceError, match=r"^kernel 'scale': torch finds no usable GPU"):
+        k.launch(1, 32, None, None, 1.0, 1)
+    with pytest.raises(lp.NoDeviceError, match=r"^kernel 'scale': torch finds no usable GPU"):
+        k[1, 32](None, None, 1.0, 1)
+    with pytest.raises(lp.NoDeviceError, match=r"^kernel 'scale' cannot be loaded: "):
+        k.load()

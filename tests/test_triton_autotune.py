@@ -256,3 +256,78 @@ def test_tutorial_matmul_tunes_and_launches(ran):
     assert ran.const("ACTIVATION") == "leaky_relu" and c.shape == (512, 384)
     p = ran.fake.last.params
     assert p[3:6] == [(512).to_bytes(4, "little"), (384).to_bytes(4, "little"), (256).to_bytes(4, "little")]
+
+
+@pytest.fixture
+def triton_disk(monkeypatch, tmp_path):
+    """Triton's cache in a folder of this test's, and the target Triton's disk cache keys on
+    (``driver.active`` needs a GPU)."""
+    import types
+
+    import triton.runtime.autotuner as autotuner
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setattr(autotuner, "driver", types.SimpleNamespace(active=types.SimpleNamespace(
+        get_current_target=lambda: SM90)))  # fmt: skip
+    return tmp_path / "triton"
+
+
+def test_cache_results_lets_another_autotuner_reuse_the_timings(ran, triton_disk):
+    """``cache_results=True``: the timings go to Triton's cache as Triton writes them; an autotuner
+    made later (as in another process) finds them there and times nothing."""
+    BENCH["times"] = {(256, 64): 3.0, (512, 128): 1.0, (1024, 256): 2.0}
+    first = triton.autotune(configs=CONFIGS, key=["n"], do_bench=stand_in_bench, cache_results=True)(tuned_add.fn)
+    x, y, out = aligned(4096), aligned(4096), aligned(4096)
+    lpt.triton_launcher(first, target=SM90)[grid](x, y, out, 4096)
+    assert len(BENCH["calls"]) == 3 and ran.config() == (512, 128)
+    (saved,) = list(triton_disk.rglob("tuned_add.autotune.json"))
+    import json
+
+    content = json.loads(saved.read_text())
+    assert content["key"] == [4096, "torch.float32", "torch.float32", "torch.float32"]
+    assert [c["kwargs"] for c, _ in content["configs_timings"]] == [{"BLOCK": b} for b in (256, 512, 1024)]
+
+    second = triton.autotune(configs=CONFIGS, key=["n"], do_bench=stand_in_bench, cache_results=True)(tuned_add.fn)
+    launcher = lpt.triton_launcher(second, target=SM90)
+    launcher[grid](x, y, out, 4096)
+    assert len(BENCH["calls"]) == 3  # no config timed again
+    assert ran.config() == (512, 128) and launcher.best_config.kwargs == {"BLOCK": 512}
+    assert launcher.configs_timings[launcher.best_config][0] == 1.0
+    launcher[grid](x, y, out, 8192)  # a key the disk does not have: timed
+    assert len(BENCH["calls"]) == 6
+
+
+def test_without_cache_results_nothing_reaches_the_disk(ran, triton_disk, monkeypatch):
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
+    BENCH["times"] = {(256, 64): 3.0, (512, 128): 1.0, (1024, 256): 2.0}
+    tuned = triton.autotune(configs=CONFIGS, key=["n"], do_bench=stand_in_bench)(tuned_add.fn)
+    x = aligned(4096)
+    lpt.triton_launcher(tuned, target=SM90)[grid](x, x, x, 4096)
+    assert len(BENCH["calls"]) == 3 and not list(triton_disk.rglob("*.autotune.json"))
+
+
+def test_the_print_and_listener_knobs_as_triton_calls_them(ran, monkeypatch, capsys):
+    from triton import knobs
+
+    BENCH["times"] = {(256, 64): 3.0, (512, 128): 1.0, (1024, 256): 2.0}
+    heard = []
+    monkeypatch.setattr(knobs.autotuning, "print", True)
+    if hasattr(knobs.autotuning, "listener"):  # Triton 3.9
+        monkeypatch.setattr(knobs.autotuning, "listener", lambda **kw: heard.append(kw))
+    tuned = triton.autotune(configs=CONFIGS, key=["n"], do_bench=stand_in_bench)(tuned_add.fn)
+    x = aligned(4096)
+    launcher = lpt.triton_launcher(tuned, target=SM90)
+    launcher[grid](x, x, x, 4096)
+    out = capsys.readouterr().out
+    assert [line for line in out.splitlines() if line.startswith("Autotuning kernel")] == [
+        f"Autotuning kernel tuned_add with config {c}" for c in CONFIGS
+    ]
+    assert "Triton autotuning for function tuned_add,\nwith key as (4096, 'torch.float32', 'torch.float32', " in out
+    assert f"best config selected: {CONFIGS[1]};" in out
+    if hasattr(knobs.autotuning, "listener"):
+        (call,) = heard
+        assert call["fn"] is tuned_add.fn and call["key"] == (4096, "torch.float32", "torch.float32", "torch.float32")
+        assert call["best_config"] is CONFIGS[1] and call["cache_hit"] is False and call["duration"] >= 0
+        assert set(call["configs_timings"]) == set(CONFIGS)
+    launcher[grid](x, x, x, 4096)  # tuned already: nothing printed or heard
+    assert capsys.readouterr().out == "" and len(heard) <= 1

@@ -63,3 +63,50 @@ def test_hooks_pass_what_triton_passes():
 
     assert without_function(ours) == without_function(theirs)  # the module handles differ, nothing else
     assert [s[0] for s in ours] == ["launch_metadata", "enter", "exit"]
+
+
+_TUNE_IN_A_PROCESS = r"""
+import json, sys
+import torch, triton, triton.language as tl, triton.testing
+import launchpad
+
+timed = []
+
+def counting_bench(fn, quantiles):
+    timed.append(1)
+    return triton.testing.do_bench(fn, quantiles=quantiles)
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w) for b, w in ((256, 2), (512, 4), (1024, 8))],
+                 key=["n"], do_bench=counting_bench, cache_results=True)
+@triton.jit
+def tuned_scale(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 3.0, mask=mask)
+
+torch.manual_seed(0)
+x = torch.randn(100_000, device="cuda")
+out = torch.full_like(x, float("nan"))
+launcher = launchpad.triton_launcher(tuned_scale)
+launcher[lambda m: (triton.cdiv(x.numel(), m["BLOCK"]),)](x, out, x.numel())
+torch.testing.assert_close(out, x * 3.0)
+print(json.dumps({"timed": len(timed), "best": launcher.best_config.kwargs}))
+"""
+
+
+def test_cache_results_spares_a_second_process_the_tuning(tmp_path):
+    """``@triton.autotune(cache_results=True)`` under ``triton_launcher``: the first process times
+    every config and leaves the timings in Triton's cache; a second process takes them from there
+    and times nothing, as under Triton."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"),
+               PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
+    runs = [json.loads(subprocess.run([sys.executable, "-c", _TUNE_IN_A_PROCESS], env=env, capture_output=True,
+                                      text=True, check=True).stdout.splitlines()[-1]) for _ in range(2)]  # fmt: skip
+    assert runs[0]["timed"] == 3 and runs[1]["timed"] == 0
+    assert runs[1]["best"] == runs[0]["best"]

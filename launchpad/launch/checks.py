@@ -14,7 +14,7 @@ from __future__ import annotations
 import operator
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ __all__ = [
     "bf16_bits",
     "describe",
     "dims",
+    "no_device",
     "pointer_of",
     "same_value",
     "scratch",
@@ -42,6 +43,20 @@ NO_CUDA = "this torch build has no CUDA support; launching needs a CUDA build of
 
 def _no_cuda(*_: Any) -> Any:
     raise NoDeviceError(NO_CUDA)
+
+
+def no_device(ctx: Context | None, exc: Exception) -> NoReturn:
+    """Raise :class:`NoDeviceError` for torch's failure to give its current device (a CUDA build
+    of torch on a machine without a GPU or driver: torch raises ``RuntimeError: Found no NVIDIA
+    driver``); re-raise ``exc`` where torch does see a GPU (the error is something else)."""
+    if isinstance(exc, NoDeviceError) or torch.cuda.is_available():  # said already, or something else
+        raise exc
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    kernel = f"kernel {ctx.kernel_name!r}: " if ctx is not None else ""
+    raise NoDeviceError(
+        f"{kernel}torch finds no usable GPU ({first}); launching needs a GPU and its driver, compiling and "
+        "inspecting kernels do not"
+    ) from None
 
 
 # torch's current device and raw stream: the cheapest calls torch offers (what Triton uses)
@@ -327,6 +342,8 @@ def device_of_launch(ctx: Context | None, current: Callable[[], int] | None = No
         if ctx is None or current is not None:  # a kernel's own current-device function names it
             raise
         raise NoDeviceError(f"kernel {ctx.kernel_name!r}: {exc}") from None
+    except (RuntimeError, AssertionError) as exc:  # torch's: a CUDA build without a GPU or driver
+        no_device(ctx, exc)
 
 
 def scratch(nbytes: int, align: int, device: int, stream: int, zero: bool = False) -> tuple[Any, int]:

@@ -208,7 +208,8 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         # keywords, a wrong count and zero-sized grids all go the general way
         missing = "".join(f" or {n} is _M" for n in required[-1:])
         w.emit(f"if _kw or _extra{missing}: return _full(grid, block, {arglist}{', ' if names else ''}*_extra, **_kw)")
-        w.emit("_dev = _get_device()")
+        w.emit("try: _dev = _get_device()")
+        w.emit("except RuntimeError as _exc: _C.no_device(_ctx, _exc)")  # torch without a usable GPU
         w.emit("_hs = _raw_stream(_dev)")
     else:
         w.lines.append(
@@ -218,7 +219,8 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         given = f"({arglist}{',' if len(names) == 1 else ''})"
         w.emit(f"if _extra{' or ' + absent if absent else ''}: _fail.count(_ctx, {given}, _extra)")
         w.emit("if stream is None:")
-        w.emit("_dev = _get_device()", 2)
+        w.emit("try: _dev = _get_device()", 2)
+        w.emit("except RuntimeError as _exc: _C.no_device(_ctx, _exc)", 2)
         w.emit("_hs = _raw_stream(_dev)", 2)
         w.emit("else:")
         w.emit("_hs, _dev = _C.stream_of(stream, _ctx, _get_device)", 2)

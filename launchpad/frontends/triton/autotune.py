@@ -10,14 +10,18 @@ chosen per value of the ``key`` arguments (and the dtypes of tensor arguments), 
 around every timed launch, timed with the autotuner's own ``do_bench`` (its ``warmup``/``rep``
 included). The timed launches, and every launch after tuning, go through launchpad: each config
 gets a launcher with its compile options fixed, so a tuned call is a key lookup and the compiled
-dispatch. Not carried over: the on-disk cache of tuning results (``cache_results``) and the
-autotuning listener knob.
+dispatch. Triton's autotuning knobs act as under Triton: ``cache_results=True`` (or
+``TRITON_CACHE_AUTOTUNING``) keeps the timings in Triton's cache through the autotuner's own
+``check_disk_cache``, so another process (Triton's or launchpad's) reuses them without timing
+again; ``knobs.autotuning.print`` prints what Triton prints; ``knobs.autotuning.listener`` (Triton
+3.9) hears of every tuning.
 """
 
 from __future__ import annotations
 
 import builtins
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -152,21 +156,51 @@ class AutotunedLauncher(_Wrapper):
         return list(configs)
 
     def _tune(self, key: tuple, grid: Any, args: tuple, kwargs: dict) -> Any:
+        """Autotuner.run's tuning of a new key, with the timed launches through launchpad: the
+        configs left after pruning timed (or their timings read from Triton's disk cache), the
+        best one kept per key, then the listener and the print knobs as Triton calls them."""
+        from triton import knobs
+
         tuner = self.wrapped
         configs = self.prune(args, kwargs)
-        if len(configs) == 1:
-            self.cache[key] = configs[0]
-            return configs[0]
-        nargs = dict(zip(self.arg_names, args))
-        timings = {config: self._bench(config, grid, args, kwargs, nargs) for config in configs}
-        best = builtins.min(timings, key=timings.__getitem__)
+        cached = True
+        if len(configs) == 1:  # nothing to time
+            best = configs[0]
+        else:
+            nargs = dict(zip(self.arg_names, args))
+
+            def benchmark() -> None:  # what Triton's check_disk_cache calls on a miss
+                start = time.time()
+                timings = {config: self._bench(config, grid, args, kwargs, nargs) for config in configs}
+                tuner.bench_time = time.time() - start
+                tuner.cache[key] = builtins.min(timings, key=timings.__getitem__)
+                tuner.configs_timings = timings
+                tuner.pre_hook({**nargs, **kwargs, **tuner.cache[key].all_kwargs()}, reset_only=True)
+
+            if tuner.cache_results:  # Triton's own rule, for this release, of when to use the disk
+                cached = tuner.check_disk_cache(key, configs, benchmark)
+            else:
+                benchmark()
+                cached = False
+            best = tuner.cache[key]
+            self.configs_timings = tuner.configs_timings
         self.cache[key] = best
-        self.configs_timings = timings
-        tuner.pre_hook({**nargs, **kwargs, **best.all_kwargs()}, reset_only=True)
+        autotuning = getattr(knobs, "autotuning", None)
+        listener = getattr(autotuning, "listener", None)
+        if listener is not None:
+            listener(fn=self.fn, key=key, best_config=best, configs_timings=getattr(tuner, "configs_timings", None),
+                     duration=getattr(tuner, "bench_time", None) if not cached else None, cache_hit=cached)  # fmt: skip
+        if getattr(autotuning, "print", False) and not cached:
+            print(f"Triton autotuning for function {tuner.base_fn.__name__},\nwith key as {key},\n"
+                  f"finished after {tuner.bench_time:.2f}s,\nbest config selected: {best};")  # fmt: skip
         return best
 
     def _bench(self, config: Any, grid: Any, args: tuple, kwargs: dict, nargs: dict) -> list[float]:
+        from triton import knobs
+
         tuner = self.wrapped
+        if getattr(getattr(knobs, "autotuning", None), "print", False):
+            print(f"Autotuning kernel {tuner.base_fn.__name__} with config {config}")
         conflicts = kwargs.keys() & config.kwargs.keys()
         if conflicts:
             raise ValueError(f"Conflicting meta-parameters: {', '.join(sorted(conflicts))}. "
