@@ -1,9 +1,10 @@
 """Kernel binaries read without a GPU: cubin (ELF), fatbin and PTX images.
 
 A kernel's parameters are laid out by the compiler; the cubin records that layout in its
-``.nv.info.<kernel>`` section (one ``EIATTR_KPARAM_INFO`` record per parameter: ordinal,
-offset, size), which is what the driver uses. PTX declares each parameter in its ``.entry``
-list. This module reads both, every kernel an image defines, and the architecture an image
+``.nv.info.<kernel>`` section, which is what the driver uses: one record per parameter (ordinal,
+offset, size), ``EIATTR_KPARAM_INFO`` while the parameters fit the classic 4 KB, and
+``EIATTR_KPARAM_INFO_V2`` for the large parameter blocks CUDA 12.1 allows (up to
+:data:`MAX_PARAM_BYTES` on Volta and newer). PTX declares each parameter in its ``.entry`` list. This module reads both, every kernel an image defines, and the architecture an image
 was built for; a truncated or damaged image raises :class:`~launchpad.BinaryError` here,
 before the driver ever sees it.
 """
@@ -19,6 +20,8 @@ from ..errors import BinaryError
 from .params import Param
 
 __all__ = [
+    "CLASSIC_PARAM_BYTES",
+    "MAX_PARAM_BYTES",
     "BinaryKernel",
     "arch_runs_on",
     "cubin_arch",
@@ -27,6 +30,12 @@ __all__ = [
     "ptx_arch",
     "read_image",
 ]
+
+
+#: The most bytes of parameters a kernel may take: CUDA 12.1+ on Volta and newer GPUs...
+MAX_PARAM_BYTES = 32764
+#: ...and before that (or on older GPUs).
+CLASSIC_PARAM_BYTES = 4096
 
 
 @dataclass(frozen=True)
@@ -166,7 +175,8 @@ def arch_runs_on(arch: str, kind: str, capability: tuple[int, int]) -> bool:
 _ELF_HEADER = struct.Struct("<16sHHIQQQIHHHHHH")
 _SECTION = struct.Struct("<IIQQQQIIQQ")
 _SYMBOL = struct.Struct("<IBBHQQ")
-_EIATTR_KPARAM_INFO = 0x17
+_EIATTR_KPARAM_INFO = 0x17  # index:u32 ordinal:u16 offset:u16 flags:u32 (the size in bits 18-31)
+_EIATTR_KPARAM_INFO_V2 = 0x45  # index:u32 ordinal:u16 offset:u16 size:u16 flags:u16 (large parameter blocks)
 _EIATTR_REGCOUNT = 0x2F
 _EIFMT_SVAL = 4
 _STO_CUDA_ENTRY = 0x10
@@ -244,10 +254,13 @@ def _elf_kernels(elf: bytes) -> dict[str, BinaryKernel]:
 
     kernels = {}
     for name in entries:
-        info = by_name.get(f".nv.info.{name}")
-        records = _info_records(data(info), _EIATTR_KPARAM_INFO, "<IHHI") if info else []
-        # (index, ordinal, offset, flags); the size is bits 18-31 of flags
-        layout = sorted((ordinal, offset, flags >> 18 & 0x3FFF) for _, ordinal, offset, flags in records)
+        info = data(by_name[f".nv.info.{name}"]) if f".nv.info.{name}" in by_name else b""
+        layout = sorted(
+            [(ordinal, offset, flags >> 18 & 0x3FFF) for _, ordinal, offset, flags in
+             _info_records(info, _EIATTR_KPARAM_INFO, "<IHHI")]
+            + [(ordinal, offset, size) for _, ordinal, offset, size, _ in
+               _info_records(info, _EIATTR_KPARAM_INFO_V2, "<IHHHH")]
+        )  # fmt: skip
         params = tuple(Param(i, off, size, _natural_align(off, size)) for i, (_, off, size) in enumerate(layout))
         shared = by_name.get(f".nv.shared.{name}")
         kernels[name] = BinaryKernel(

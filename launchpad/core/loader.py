@@ -22,7 +22,7 @@ import torch
 
 from ..errors import ArgumentError, BinaryError, CudaError, LaunchpadError, NoDeviceError, OutOfResources
 from . import driver as _driver
-from .binary import arch_runs_on, image_arch
+from .binary import CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES, arch_runs_on, image_arch
 from .spec import KernelSpec
 
 __all__ = ["LoadedModule", "Loader"]
@@ -131,6 +131,8 @@ class Loader:
         except CudaError as exc:
             raise exc.within(f"{what}, cuda:{device}") from None
         here = f"cuda:{device} (sm_{major}{minor}, compute capability {major}.{minor})"
+        if spec.param_bytes > CLASSIC_PARAM_BYTES:
+            self._check_large_parameters(major, here)
         arch = image_arch(spec.image, spec.image_kind)
         if arch is not None and not arch_runs_on(arch, spec.image_kind, (major, minor)):
             raise BinaryError(
@@ -151,6 +153,19 @@ class Loader:
                 raise BinaryError(f"{what}: {here} cannot load its {spec.image_kind}{built}: {exc}") from exc
             raise exc.within(f"{what}, loading into {here}") from None
         return LoadedModule(handle, function, device)
+
+    def _check_large_parameters(self, major: int, here: str) -> None:
+        """Parameters beyond the classic 4 KB need CUDA 12.1+ and a Volta or newer GPU: refuse
+        them elsewhere before the driver sees the launch (OutOfResources naming the limit)."""
+        version = _driver.driver_version()
+        if major >= 7 and version >= 12010:
+            return
+        driver = f"a driver for CUDA {version // 1000}.{version % 1000 // 10}"
+        raise OutOfResources(
+            f"kernel {self.name!r} takes {self.spec.param_bytes} bytes of parameters, more than the "
+            f"{CLASSIC_PARAM_BYTES} every GPU and driver take: {here} with {driver} cannot launch it (up to "
+            f"{MAX_PARAM_BYTES} bytes need a Volta or newer GPU and a driver for CUDA 12.1 or newer)"
+        )
 
     def _load_library(self, device: int) -> LoadedModule:
         """Load through cuda.core (a ``CUlibrary``, what numba-cuda's callbacks are written for)

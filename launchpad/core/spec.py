@@ -17,8 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..errors import BinaryError
-from .binary import kernels_in_image
+from ..errors import BinaryError, OutOfResources
+from .binary import MAX_PARAM_BYTES, kernels_in_image
 from .params import Param, apply_signature, layout_from_signature, parse_signature
 
 __all__ = ["Arg", "KernelSpec", "LaunchPlan", "ModuleCallbacks", "plain_args", "spec_from_image"]
@@ -197,6 +197,16 @@ class KernelSpec:
         object.__setattr__(self, "args", tuple(self.args) or plain_args(self.params))
         object.__setattr__(self, "display_name", self.display_name or self.name)
         object.__setattr__(self, "metadata", dict(self.metadata))
+        if self.param_bytes > MAX_PARAM_BYTES:
+            raise OutOfResources(
+                f"kernel {self.display_name!r} takes {self.param_bytes} bytes of parameters; CUDA allows at most "
+                f"{MAX_PARAM_BYTES} (from CUDA 12.1, on Volta and newer GPUs)"
+            )
+
+    @property
+    def param_bytes(self) -> int:
+        """The size of the kernel's parameter block, in bytes."""
+        return max((p.offset + p.size for p in self.params), default=0)
 
     @property
     def arg_count(self) -> int:

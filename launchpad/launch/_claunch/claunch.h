@@ -63,6 +63,11 @@ enum {
     LP_OVERSIZED_LAUNCH_BYTES = 228 * 1024,
 };
 
+/* The most bytes of parameters a kernel takes (CUDA 12.1+, Volta and newer), and how much of a
+ * launch's parameter buffer and pointer array goes on the C stack: more goes on the heap for that
+ * launch (a large parameter block, which the driver copies anyway). */
+enum { LP_MAX_PARAM_BYTES = 32764, LP_STACK_PARAM_BYTES = 8192 };
+
 /* --- DLPack exchange API (DLPack 1.3) -------------------------------------------------------- */
 
 enum { kDLCPU = 1, kDLCUDA = 2 };

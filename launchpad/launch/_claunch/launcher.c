@@ -147,6 +147,7 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     memset(&L, 0, sizeof L);
     L.self = self;
     int status = LP_FALLBACK;
+    char *heap = NULL;  /* the parameter buffer of a launch whose parameters do not fit the stack's share */
     long v;
 
     /* torch's current device is the current context's: the driver's query is the cheap one; with
@@ -236,8 +237,16 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     LP_MARK(4);
     LP_UNMARK(5);
 
-    L.buffer = alloca(self->buffer_size ? self->buffer_size : 1);  /* the driver reads each parameter: pads unread */
-    void **params = alloca((self->nparams ? self->nparams : 1) * sizeof(void *));
+    /* the buffer (the driver reads each parameter: pads stay unread), then the pointer array */
+    size_t pointers_at = ((size_t)self->buffer_size + sizeof(void *) - 1) / sizeof(void *) * sizeof(void *);
+    size_t need = pointers_at + (size_t)(self->nparams ? self->nparams : 1) * sizeof(void *);
+    if (need > LP_STACK_PARAM_BYTES) {
+        heap = PyMem_Malloc(need);
+        if (heap == NULL) goto done;  /* the Python executor tries, and raises MemoryError if it must */
+    }
+    char *memory = heap != NULL ? heap : alloca(need <= LP_STACK_PARAM_BYTES ? need : 1);
+    L.buffer = memory;
+    void **params = (void **)(memory + pointers_at);
     for (Py_ssize_t i = 0; i < self->nparams; i++) params[i] = L.buffer + self->offsets[i];
     for (Py_ssize_t i = 0; i < self->nops; i++)
         if (lp_run_op(&L, &self->ops[i], args, nargs) != LP_OK) goto done;
@@ -263,6 +272,7 @@ done:
     LP_UNMARK(7);
     for (int i = 0; i < L.nkeep; i++) Py_DECREF(L.keep[i]);
     Py_XDECREF(L.entry);
+    PyMem_Free(heap);
     LP_MARK(7);
     if (status == LP_OK) Py_RETURN_NONE;
     PyErr_Clear();

@@ -20,7 +20,7 @@ static int parse_slots(PyObject *seq, Op *op) {
     for (Py_ssize_t i = 0; i < op->nslots; i++) {
         unsigned int offset, size, kind;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "III", &offset, &size, &kind)) return -1;
-        if (kind > SK_UNTYPED || size == 0 || size > 4096) {
+        if (kind > SK_UNTYPED || size == 0 || size > LP_MAX_PARAM_BYTES) {
             PyErr_Format(PyExc_ValueError, "bad slot (%u, %u, %u)", offset, size, kind);
             return -1;
         }
@@ -140,7 +140,7 @@ PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->buffer_size = buffer_size;
     self->nargs_min = nargs_min;
     self->nargs_max = nargs_max;
-    if (buffer_size < 0 || buffer_size > 65536 || nargs_min < 0 || nargs_max < nargs_min) {
+    if (buffer_size < 0 || buffer_size > LP_MAX_PARAM_BYTES || nargs_min < 0 || nargs_max < nargs_min) {
         PyErr_SetString(PyExc_ValueError, "bad launch plan sizes");
         goto fail;
     }
