@@ -28,6 +28,7 @@ import launchpad
 from launchpad.core import driver as _driver
 from launchpad.launch import checks as _checks
 from launchpad.launch import executor as _executor
+from launchpad.launch import memory as _memory
 
 HAS_GPU = torch.cuda.is_available()
 EXECUTORS = ["compiled", "python"]
@@ -212,3 +213,37 @@ def executor(request) -> str:
 
 def python_launch_forced() -> bool:
     return os.environ.get("LAUNCHPAD_PYTHON_LAUNCH", "") not in ("", "0")
+
+
+class FakeMemory:
+    """Device memory for host copies (Numba's host arrays and records) on CPU: ``scratch`` gives
+    CPU buffers, the driver's copies are ``memmove``\\ s, and every copy and synchronization is
+    recorded in ``events`` as ``(what, nbytes, stream)``."""
+
+    def __init__(self, monkeypatch):
+        self.events: list[tuple[str, int, int]] = []
+        self.buffers: list[torch.Tensor] = []
+
+        def scratch(nbytes, align, device, stream, zero=False):
+            buf = torch.zeros(nbytes + align, dtype=torch.uint8)
+            self.buffers.append(buf)
+            address = buf.data_ptr()
+            return buf, address + (-address % align)
+
+        def copy_to_device(address, host, nbytes, stream):
+            ctypes.memmove(address, host, nbytes)
+            self.events.append(("in", nbytes, stream))
+
+        def copy_to_host(host, address, nbytes, stream):
+            ctypes.memmove(host, address, nbytes)
+            self.events.append(("back", nbytes, stream))
+
+        monkeypatch.setattr(_memory, "scratch", scratch)
+        monkeypatch.setattr(_driver, "copy_to_device", copy_to_device)
+        monkeypatch.setattr(_driver, "copy_to_host", copy_to_host)
+        monkeypatch.setattr(_driver, "synchronize", lambda stream: self.events.append(("sync", 0, stream)))
+
+
+@pytest.fixture
+def fake_memory(monkeypatch) -> FakeMemory:
+    return FakeMemory(monkeypatch)

@@ -1012,12 +1012,12 @@ def _(env):
     k[(4, 2), (16, 16)](torch.empty(64, 32, device=x.device), x.t(), 1.5)
 
 
-@case("numba-host-array", "numba", "type", lp.ArgumentTypeError,
-      NB_ARG.format(k="lp_axpy", i=1, name="x") + r": expected a CUDA array for array\(float32, 1d, C\)",
-      kernel="lp_axpy", arg="'x'")  # fmt: skip
+@case("numba-strided-host-array", "numba", "layout", lp.ArgumentError,
+      NB_ARG.format(k="lp_axpy", i=1, name="x") + r": a host NumPy array is copied to the device whole, so it must "
+      r"be contiguous \(Numba's dispatcher refuses it too\)", kernel="lp_axpy", arg="'x'")  # fmt: skip
 def _(env):
     k, out, _, y = _nb(env)
-    k[N // 256, 256](out, np.ones(N, dtype=np.float32), y, 2.0)
+    k[N // 256, 256](out, np.ones(2 * N, dtype=np.float32)[::2], y, 2.0)
 
 
 @case("numba-cpu-tensor", "numba", "cpu-tensor", lp.ArgumentError,

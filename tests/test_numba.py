@@ -8,6 +8,7 @@ strides in bytes), complex scalars are two floats, booleans one byte.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import struct
 
@@ -344,11 +345,26 @@ def test_scalar_refusals(kernels, fake_gpu):
     k = fake_gpu.install(kernels("scalars"))
     arrays = scalar_outputs("cpu")
     good = [1, 2, 3, 4, 5, 6, 7, 8, 0.5, 0.25, 0.125, True, 1j, 2j]
+    # ints as Numba converts them: any value whose 8 bits fit, signed or unsigned (128 is -128)
+    wrapped = list(good)
+    wrapped[0], wrapped[4] = 255, -1  # i8 and u8
+    k.launch(1, 1, *arrays, *wrapped)
+    assert fake_gpu.last.params[28] == b"\xff" and fake_gpu.last.params[32] == b"\xff"
+    wrapped[0], wrapped[4] = np.uint8(128), np.int64(-128)
+    k.launch(1, 1, *arrays, *wrapped)
+    assert fake_gpu.last.params[28] == b"\x80" and fake_gpu.last.params[32] == b"\x80"
     bad = list(good)
-    bad[0] = 128
+    bad[0] = 256  # no 8 bits hold it: Numba would pass 0, launchpad refuses
     with pytest.raises(lp.ArgumentError) as e:
         k.launch(1, 1, *arrays, *bad)
-    assert str(e.value) == "kernel 'scalars', argument 4 ('i8'), param 28 (i8): 128 is out of range for i8"
+    assert str(e.value) == (
+        "kernel 'scalars', argument 4 ('i8'), param 28 (i8): 256 does not fit in 8 bits (this parameter takes "
+        "[-128, 256): a i8 or the same bits as the other signedness); Numba's dispatcher would silently pass its low 8 "
+        "bits, 0: pass 0 if that is what you mean"
+    )
+    bad[0] = 1.5
+    with pytest.raises(lp.ArgumentTypeError, match=r"argument 4 \('i8'\), param 28 \(i8\): cannot pack float 1.5"):
+        k.launch(1, 1, *arrays, *bad)
     bad = list(good)
     bad[12] = "1j"
     with pytest.raises(lp.ArgumentTypeError) as e:
@@ -383,7 +399,7 @@ def test_tuple_arguments(kernels, fake_gpu):
 def test_array_refusals_name_the_argument(kernels, fake_gpu):
     k = fake_gpu.install(kernels("scale2d"))
     out, x = torch.empty(3, 5), torch.randn(3, 5)
-    host = np.ones((3, 5), dtype=np.float32)
+    host = np.ones((3, 10), dtype=np.float32)
     cases = [
         ((out, x.double(), 1.0), lp.ArgumentTypeError,
          "kernel 'scale2d', argument 1 ('x'): expected float32 elements (array(float32, 2d, C)), got a torch.float64 tensor"),
@@ -399,12 +415,16 @@ def test_array_refusals_name_the_argument(kernels, fake_gpu):
         ((out, torch.randn(3, 10)[:, ::2], 1.0), lp.ArgumentError,
          "kernel 'scale2d', argument 1 ('x'): the kernel was compiled for a C-contiguous array (array(float32, 2d, C)), "
          "got a torch.float32 tensor of shape (3, 5) with strides (10, 2) (in elements); .contiguous() makes one"),
-        ((out, host, 1.0), lp.ArgumentTypeError,  # host memory is refused, not copied
-         "kernel 'scale2d', argument 1 ('x'): expected a CUDA array for array(float32, 2d, C) (a torch tensor, a Numba "
-         "device array or an object with __cuda_array_interface__), got " + f"ndarray {host!r}"[:120]),
+        ((out, host[:, ::2], 1.0), lp.ArgumentError,  # host memory is copied whole, as Numba copies it
+         "kernel 'scale2d', argument 1 ('x'): a host NumPy array is copied to the device whole, so it must be "
+         "contiguous (Numba's dispatcher refuses it too); got shape (3, 5) with strides (10, 2) (in elements); "
+         "np.ascontiguousarray() makes one, or pass a device array"),
+        ((out, host.astype(np.float64)[:, :5], 1.0), lp.ArgumentTypeError,
+         "kernel 'scale2d', argument 1 ('x'): expected float32 elements (array(float32, 2d, C)), got a host NumPy "
+         "array of float64"),
         ((out, 3, 1.0), lp.ArgumentTypeError,
-         "kernel 'scale2d', argument 1 ('x'): expected a CUDA array for array(float32, 2d, C) (a torch tensor, a Numba "
-         "device array or an object with __cuda_array_interface__), got int 3"),
+         "kernel 'scale2d', argument 1 ('x'): expected an array for array(float32, 2d, C) (a torch tensor, a Numba "
+         "device array, an object with __cuda_array_interface__ or a host NumPy array), got int 3"),
     ]  # fmt: skip
     for args, cls, message in cases:
         with pytest.raises(cls) as e:
@@ -414,6 +434,51 @@ def test_array_refusals_name_the_argument(kernels, fake_gpu):
     assert fake_gpu.launches == []
     k.launch(1, 32, out, x, 1.0)  # a good launch still works afterwards
     assert fake_gpu.last.params[9:18] == array_bytes(x)
+
+
+def _emulate_axpy(launch):
+    """What axpy does on the device, run on the fake device's (CPU) memory: out = a * x + y."""
+    out, x, y = (struct.unpack("<Q", launch.params[4 + 7 * i])[0] for i in range(3))
+    n = struct.unpack("<q", launch.params[2])[0]
+    (a,) = struct.unpack("<f", launch.params[21])
+    view = [np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)), (n,)) for ptr in (out, x, y)]
+    view[0][:] = a * view[1] + view[2]
+
+
+def test_host_arrays_are_copied_in_and_back_as_numba_does(kernels, fake_gpu, fake_memory):
+    """Host NumPy arrays: copied to the device, launched, synchronized, copied back, as Numba's
+    dispatcher does (read-only arrays and ``cuda.In`` not copied back, ``cuda.Out`` not copied in)."""
+    k = fake_gpu.install(kernels("axpy"))
+    fake_gpu.emulate = _emulate_axpy
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(256, dtype=np.float32), rng.standard_normal(256, dtype=np.float32)
+    out = np.full(256, np.nan, dtype=np.float32)
+    k[1, 256](out, x, y, 2.0)
+    np.testing.assert_array_equal(out, np.float32(2.0) * x + y)
+    # three arrays in, then after the launch: every array back (the dispatcher copies back all
+    # it copied in), one synchronization
+    assert [e[0] for e in fake_memory.events] == ["in", "in", "in", "back", "back", "back", "sync"]
+    assert {e[2] for e in fake_memory.events} == {0x5000}  # the launch's stream
+
+    fake_memory.events.clear()
+    x_read_only = x.copy()
+    x_read_only.flags.writeable = False
+    out2 = np.zeros(256, dtype=np.float32)
+    k[1, 256](cuda.Out(out2), x_read_only, cuda.In(y), -1.0)
+    np.testing.assert_array_equal(out2, -x + y)
+    assert [e[0] for e in fake_memory.events] == [
+        "in",
+        "in",
+        "back",
+        "sync",
+    ]  # Out not copied in; In, read-only not back
+
+    fake_memory.events.clear()  # device arrays (the fake device's: CPU tensors) and host ones mix
+    fake_gpu.emulate = None
+    k[1, 256](torch.empty(256), x, torch.empty(256), 1.0)
+    assert [e[0] for e in fake_memory.events] == ["in", "back", "sync"]
+    with pytest.raises(lp.ArgumentError, match=r"Kernel.bind takes no host arrays or records"):
+        k.bind(1, 256, out, x, y, 1.0)
 
 
 def test_wrong_argument_count(kernels, fake_gpu):

@@ -5,6 +5,7 @@ numba-cuda links, the module callbacks of linked files, Numba's runtime (refused
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import math
 import os
@@ -31,7 +32,6 @@ import launchpad as lp
 from launchpad.core import driver as _driver
 from launchpad.core.loader import Loader
 from launchpad.core.spec import ModuleCallbacks
-from launchpad.frontends.numba import args as _numba_args
 
 ARCH = "sm_90"
 
@@ -222,28 +222,32 @@ def test_random_states_array_packs_like_numba(kernels, fake_gpu, monkeypatch):
         k[1, 64](FakeCAI(torch.empty(64, dtype=torch.float64)), 100, out)
 
 
-def test_record_by_value_is_a_pointer_to_a_device_copy(fake_gpu, monkeypatch):
+def test_record_by_value_is_a_pointer_to_a_device_copy_written_back(fake_gpu, fake_memory, monkeypatch):
+    """A numpy record is copied to the device, passed by pointer, and what the kernel wrote there
+    comes back after the launch, as Numba's dispatcher does it."""
     k = fake_gpu.install(point_kernel())
     assert k.params[0].type == "*void" and k.args[0].converter == "numba_record"
-    copies = []
-
-    def device_copy(data, device, stream):
-        copy = _numba_args.DeviceCopy(0x7000 + 0x100 * len(copies))
-        copies.append((data, device, stream))
-        return copy
-
-    monkeypatch.setattr(_numba_args, "device_copy", device_copy)
-    rec = np.array([(1.5, -7, 3)], dtype=POINT)[0]
+    records = np.array([(1.5, -7, 3), (2.5, 9, 1)], dtype=POINT)
+    rec = records[1]  # an element of an array: written back into the array
     out = torch.empty(1, dtype=torch.float64)
-    monkeypatch.setattr(_driver, "pointer_device", lambda address: -1)  # the fake device's memory
+
+    def kernel_writes(launch):  # what use_point would do to its record on the device
+        address = struct.unpack("<Q", launch.params[0])[0]
+        ctypes.memmove(address, np.array([(4.0, 5, 6)], dtype=POINT).tobytes(), POINT.itemsize)
+
+    fake_gpu.emulate = kernel_writes
     k[1, 1](rec, out)
-    # (the compiled executor hands this CPU-tensor launch to the Python one, which copies again)
-    assert set(copies) == {(rec.tobytes(), -1, 0x5000)}
-    assert fake_gpu.last.params[0] == struct.pack("<Q", 0x7000 + 0x100 * (len(copies) - 1))
-    made = len(copies)
+    assert records[1].tolist() == (4.0, 5, 6) and records[0].tolist() == (1.5, -7, 3)
+    assert fake_memory.events[-3:] == [("in", 24, 0x5000), ("back", 24, 0x5000), ("sync", 0, 0x5000)]
+    standalone = np.zeros(1, dtype=POINT)[0].copy()
+    k[1, 1](standalone, out)
+    assert standalone.tolist() == (4.0, 5, 6)
+    fake_gpu.emulate = None
     raw = torch.tensor(list(rec.tobytes()), dtype=torch.uint8)  # a device record: passed by address
+    events = len(fake_memory.events)
     k[1, 1](raw, out)
-    assert fake_gpu.last.params[0] == struct.pack("<Q", raw.data_ptr()) and len(copies) == made
+    assert fake_gpu.last.params[0] == struct.pack("<Q", raw.data_ptr()) and len(fake_memory.events) == events
+    monkeypatch.setattr(_driver, "pointer_device", lambda address: -1)  # the fake device's memory
     k[1, 1](_one_record(raw), out)
     assert fake_gpu.last.params[0] == struct.pack("<Q", raw.data_ptr())
     other = np.array([(1.5, 2)], dtype=[("x", np.float32), ("count", np.int64)])[0]
@@ -253,6 +257,8 @@ def test_record_by_value_is_a_pointer_to_a_device_copy(fake_gpu, monkeypatch):
         k[1, 1](torch.empty(6), out)
     with pytest.raises(lp.ArgumentTypeError, match=r"\(a numpy record, a Numba device record or a torch.uint8"):
         k[1, 1](1.5, out)
+    with pytest.raises(lp.ArgumentError, match=r"Kernel.bind takes no host arrays or records"):
+        k.bind(1, 1, rec, out)
 
 
 def _one_record(raw: torch.Tensor) -> FakeCAI:
@@ -262,10 +268,10 @@ def _one_record(raw: torch.Tensor) -> FakeCAI:
     return cai
 
 
-def test_record_kernels_save_and_load(tmp_path, fake_gpu, monkeypatch):
+def test_record_kernels_save_and_load(tmp_path, fake_gpu):
     k = lp.load(point_kernel().save(tmp_path / "point.json"))
     assert k.args[0].options["fields"] == [["x", 0, "float32"], ["count", 8, "int64"], ["flag", 16, "uint8"]]
     fake_gpu.install(k)
-    monkeypatch.setattr(_numba_args, "device_copy", lambda data, device, stream: _numba_args.DeviceCopy(0x9000))
-    k[1, 1](np.zeros(1, dtype=POINT)[0], torch.empty(1, dtype=torch.float64))
-    assert fake_gpu.last.params[0] == struct.pack("<Q", 0x9000)
+    raw = torch.tensor(list(np.zeros(1, dtype=POINT)[0].tobytes()), dtype=torch.uint8)
+    k[1, 1](raw, torch.empty(1, dtype=torch.float64))
+    assert fake_gpu.last.params[0] == struct.pack("<Q", raw.data_ptr())

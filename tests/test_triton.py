@@ -592,7 +592,7 @@ def test_device_descriptor_allocates_global_scratch(compiled, fake_gpu, monkeypa
         calls.append((nbytes, align, dev, stream))
         return object(), 0xA000
 
-    monkeypatch.setattr(launchpad.launch.checks, "scratch", scratch)  # before the executors are made
+    monkeypatch.setattr(launchpad.launch.memory, "scratch", scratch)  # before the executors are made
     k = fake_gpu.install(launchpad.from_triton(compiled["device_desc"]))
     x, out = aligned(128 * 64, torch.float16), aligned(128 * 64, torch.float16)
     k[(2, 1)](x, out, 128, 64, 64, 64)

@@ -344,10 +344,21 @@ def stream_wait(stream: int, producer: int) -> None:
         _cu.cuEventDestroy(event)  # released by the driver once the wait is resolved
 
 
-def copy_to_device(address: int, data: bytes, stream: int) -> None:
-    """Copy host bytes to device memory in stream order (the driver stages pageable memory before
-    it returns, so ``data`` may go at once)."""
-    check(_cu.cuMemcpyHtoDAsync(address, data, len(data), _cu.CUstream(stream)), "cuMemcpyHtoDAsync")
+def copy_to_device(address: int, host: int, nbytes: int, stream: int) -> None:
+    """Copy ``nbytes`` from host memory at ``host`` to device memory in stream order (the driver
+    stages pageable memory before it returns, so the host memory may change at once)."""
+    check(_cu.cuMemcpyHtoDAsync(address, host, nbytes, _cu.CUstream(stream)), "cuMemcpyHtoDAsync")
+
+
+def copy_to_host(host: int, address: int, nbytes: int, stream: int) -> None:
+    """Copy ``nbytes`` of device memory to host memory at ``host``, in stream order (complete only
+    once the stream is synchronized)."""
+    check(_cu.cuMemcpyDtoHAsync(host, address, nbytes, _cu.CUstream(stream)), "cuMemcpyDtoHAsync")
+
+
+def synchronize(stream: int) -> None:
+    """Wait for everything queued on ``stream``."""
+    check(_cu.cuStreamSynchronize(_cu.CUstream(stream)), "cuStreamSynchronize")
 
 
 def launch_failed(err: Any, device: int, launch: Any, args: tuple) -> None:

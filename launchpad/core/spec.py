@@ -29,7 +29,9 @@ class Arg:
     """How one user-visible argument (or a part of one) reaches the kernel's parameters.
 
     kind
-        ``param``: the value fills parameter ``param``.
+        ``param``: the value fills parameter ``param``; for an int parameter,
+        ``options={"wrap": True}`` takes any int whose bits fit it, signed or unsigned, as Numba
+        does (``0xFFFFFFFF`` for an ``int32`` is -1).
         ``const``: a value the kernel was specialized on (a Triton constexpr, an int equal to 1,
         a None); the argument may be left out, and when given must equal ``value``; it fills
         nothing. ``options={"unknown": True}``: the value was not recorded (a Triton cache

@@ -34,7 +34,6 @@ __all__ = [
     "no_device",
     "pointer_of",
     "same_value",
-    "scratch",
     "stream_of",
 ]
 
@@ -195,6 +194,32 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int, stream: int) 
     return pointer_of(ctx, arg, value, device, stream, None)
 
 
+def int_bits(ctx: Context, arg: Arg, value: Any) -> Any:
+    """An int for an int parameter that takes any value whose bits fit it, signed or unsigned (an
+    ``Arg`` with ``options["wrap"]``: Numba passes ints through a C conversion, so ``0xFFFFFFFF``
+    reaches an ``int32`` as -1): the value as the parameter's type reads those bits. A value whose
+    bits do not fit is refused, saying what Numba would have passed; anything but an int is
+    returned as it is, for the packing to refuse and word."""
+    if isinstance(value, (bool, np.bool_)):
+        return int(value)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        return value
+    param = ctx.params[arg.param]
+    bits, signed = 8 * param.size, not str(param.type).startswith("u")
+    low = number & ((1 << bits) - 1)
+    if signed and low >= 1 << (bits - 1):
+        low -= 1 << bits
+    if -(1 << (bits - 1)) <= number < 1 << bits:
+        return low
+    raise ctx.error(
+        arg, f"{number} does not fit in {bits} bits (this parameter takes [{-(1 << (bits - 1))}, {1 << bits}): a "
+        f"{param.type} or the same bits as the other signedness); Numba's dispatcher would silently pass its low {bits} "
+        f"bits, {low}: pass {low} if that is what you mean",
+    )  # fmt: skip
+
+
 def bytes_value(ctx: Context, arg: Arg, value: Any) -> bytes:
     """The bytes of an opaque by-value argument (bytes, numpy struct scalar, ctypes struct...)."""
     size = ctx.params[arg.param].size
@@ -344,26 +369,3 @@ def device_of_launch(ctx: Context | None, current: Callable[[], int] | None = No
         raise NoDeviceError(f"kernel {ctx.kernel_name!r}: {exc}") from None
     except (RuntimeError, AssertionError) as exc:  # torch's: a CUDA build without a GPU or driver
         no_device(ctx, exc)
-
-
-def scratch(nbytes: int, align: int, device: int, stream: int, zero: bool = False) -> tuple[Any, int]:
-    """Per-launch scratch from torch's caching allocator, ordered on the launch stream.
-
-    Returns ``(owner, address)``: the launch keeps ``owner`` until the driver has its arguments;
-    the allocator reuses the memory only in stream order after that. ``zero`` zero-fills it on
-    the launch stream (Triton 3.8+'s profile scratch).
-    """
-    if nbytes == 0:
-        return None, 0
-    pad = max(align - 256, 0)  # the caching allocator already aligns to 256 bytes or more
-    buf = torch.empty(nbytes + pad, dtype=torch.uint8, device=f"cuda:{device}")
-    if stream != current_raw_stream(device):
-        launch_stream = torch.cuda.ExternalStream(stream, device=f"cuda:{device}")
-        buf.record_stream(launch_stream)
-        if zero:
-            with torch.cuda.stream(launch_stream):
-                buf.zero_()
-    elif zero:
-        buf.zero_()
-    address = buf.data_ptr()
-    return buf, address + (-address % align if align else 0)

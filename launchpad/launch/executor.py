@@ -24,9 +24,10 @@ from ..core import driver as _driver
 from ..core.loader import E_FUNCTION
 from ..core.params import POINTER_DTYPES, Param
 from ..core.spec import KernelSpec
-from ..errors import LaunchpadError
+from ..errors import ArgumentError, LaunchpadError
 from . import checks as _checks
 from . import hooks as _hooks
+from . import memory as _memory
 from . import pylaunch as _pylaunch
 
 __all__ = ["Devices", "Executor", "build", "launch_path", "plan_ops"]
@@ -175,6 +176,11 @@ class Executor:
     def bind(self, kernel: Any, grid: Any, block: Any, args: tuple, options: dict) -> Callable[..., None]:
         """``Kernel.bind``: check and pack now; the returned function repeats that launch."""
         device, entry, g, b, shared_mem, stream, packed, keep = self.python.prepare(grid, block, *args, **options)
+        if any(v.__class__ is _memory.HostCopy for v in keep):
+            raise ArgumentError(
+                f"kernel {self.spec.display_name!r}: Kernel.bind takes no host arrays or records (a bound launch "
+                "cannot copy them back after each launch); pass device arrays, or launch them unbound"
+            )
         fixed = dict(options, shared_mem=shared_mem, stream=_checks.RawStream(stream, device))
         launch = self.launch
 
@@ -259,7 +265,7 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
             (plan.block, plan.shared_mem, plan.grid_scale, plan.cluster, plan.cluster_spread, plan.cooperative,
              plan.pdl, plan.oversized_shared),
             loader.entries, loader.entry, python.launch, python.get_device, stream,
-            _checks.scratch, _checks.same_value, loader.coresident_blocks, ctx, hooks.check if hooks else None,
+            _memory.scratch, _checks.same_value, loader.coresident_blocks, ctx, hooks.check if hooks else None,
             _exchange_api_types(),
         )  # fmt: skip
     return Executor(spec, loader, python, launcher, hooks)

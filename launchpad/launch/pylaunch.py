@@ -42,6 +42,7 @@ from ..core.params import POINTER_DTYPES, Param, struct_format
 from ..core.spec import Arg, KernelSpec
 from ..errors import ArgumentTypeError, CudaError
 from . import checks as _checks
+from . import memory as _memory
 from .checks import CONVERTERS, MAX_GRID, Context
 from .diagnose import MISSING, Fail
 
@@ -129,12 +130,12 @@ def build(spec: KernelSpec, runtime: Any, devices: Any) -> PythonLaunch:
         raise _checks.NoDeviceError(f"kernel {ctx.kernel_name!r}: {_checks.NO_CUDA}")
 
     w.names.update(
-        _M=MISSING, _ctx=ctx, _Tensor=torch.Tensor, _C=_checks,
+        _M=MISSING, _ctx=ctx, _Tensor=torch.Tensor, _C=_checks, _HostCopy=_memory.HostCopy, _memory=_memory,
         _get_device=kernel_no_cuda if no_cuda else devices.current_device,
         _raw_stream=devices.current_stream or _checks.current_raw_stream, _entries=runtime.entries,
         _entry=runtime.entry, _raise_shared=runtime.raise_shared, _launch_ex=runtime.launch_ex, _fail=Fail,
         _cuLaunchKernel=devices.cu_launch, _launch_failed=launch_failed, _SUCCESS=_driver.SUCCESS,
-        _tls=tls, _new_state=new_state, _pack=struct.Struct(fmt).pack_into, _scratch=_checks.scratch,
+        _tls=tls, _new_state=new_state, _pack=struct.Struct(fmt).pack_into, _scratch=_memory.scratch,
     )  # fmt: skip
     names = argument_names(spec)
     sources = {}
@@ -269,8 +270,9 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
 
     values: dict[int, str] = {}  # param index -> expression packed for it
     keep: list[str] = []
+    host: list[str] = []  # expanded values that may be host copies (checks.HostCopy)
     for k, arg in enumerate(args):
-        _emit_arg(w, k, arg, ctx, names, values, keep, prepare)
+        _emit_arg(w, k, arg, ctx, names, values, keep, host, prepare)
     ordered = [values[p.index] for p in sorted(params, key=lambda p: p.offset)]
     pack_args = ", ".join(ordered)
     w.emit("try:")
@@ -279,6 +281,7 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
     w.emit(f"_fail.pack(_ctx, _err, ({pack_args}{',' if len(ordered) == 1 else ''}))", 2)
 
     if prepare:
+        keep += host  # Kernel.bind refuses host copies: a bound launch would not copy them back
         kept = f"({', '.join(keep)}{',' if len(keep) == 1 else ''})"
         w.emit(f"return _dev, _e, (_gx, _gy, _gz), (_bx, _by, _bz), shared_mem, _hs, bytes(_buf[:{size}]), {kept}")
         return
@@ -300,6 +303,9 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
             w.emit(line, 2)
         w.emit("else:")
         w.emit(ex.format("cluster, cooperative, pdl"), 2)
+    if host:  # host arrays and records: after the launch, what the kernel may have written goes back
+        w.emit(f"if {' or '.join(f'{h}.__class__ is _HostCopy' for h in host)}:")
+        w.emit(f"_memory.copy_back(_hs, ({', '.join(host)},))", 2)
 
 
 def needs_launch_ex(spec: KernelSpec) -> bool:
@@ -313,9 +319,8 @@ def needs_launch_ex(spec: KernelSpec) -> bool:
     )
 
 
-def _emit_arg(
-    w: _Writer, k: int, arg: Arg, ctx: Context, names: list[str], values: dict[int, str], keep: list[str], prepare: bool
-) -> None:
+def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, names: list[str], values: dict[int, str], keep: list[str],
+              host: list[str], prepare: bool) -> None:  # fmt: skip
     """Emit the lines that check and convert argument ``k``; record what each param packs."""
     if arg.kind == "scratch":
         size, align = arg.options["size"], arg.options.get("align", 1)
@@ -346,6 +351,7 @@ def _emit_arg(
         parts = [f"_e{k}_{j}" for j in range(len(arg.params))]
         w.emit(f"{', '.join(parts)}, = {conv}({src}, _dev, _hs, _ctx, {a})")
         values.update(zip(arg.params, parts))
+        host += [parts[i] for i in getattr(CONVERTERS[arg.converter], "host_copies", ())]
         return
     param = ctx.params[arg.param]
     v = f"_v{k}"
@@ -378,6 +384,10 @@ def _emit_arg(
         )
     elif param.type == "bf16":
         w.emit(f"{v} = _C.bf16_bits({src})")
+    elif kind == "int" and arg.options.get("wrap"):  # an int's bits, signed or unsigned, as Numba passes them
+        bits = 8 * param.size
+        lo, hi = (0, 1 << bits) if str(param.type).startswith("u") else (-(1 << (bits - 1)), 1 << (bits - 1))
+        w.emit(f"{v} = {src} if {src}.__class__ is int and {lo} <= {src} < {hi} else _C.int_bits(_ctx, {a}, {src})")
     else:  # ints, floats and bools go straight to struct, which checks range and type
         values[arg.param] = src
         if arg.multiple_of:

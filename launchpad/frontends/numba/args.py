@@ -6,9 +6,14 @@ bytes; meminfo and parent are NULL outside Numba's runtime). A complex scalar is
 The converters here build those values from torch tensors, Numba device arrays or anything
 with ``__cuda_array_interface__``, and refuse what the compiled code cannot handle.
 
-A record (a numpy structured scalar) is passed as Numba's dispatcher passes it: by a pointer to
-a copy on the device. Arrays of records (numba-cuda's ``xoroshiro128p`` states) are arrays whose
-elements are opaque bytes of the record's size.
+Host NumPy arrays and records are taken as Numba's dispatcher takes them, synchronously: copied
+to the device for the launch, and after it (the stream synchronized) copied back, unless the
+kernel cannot write them (a read-only array; ``numba.cuda.In``). ``numba.cuda.In``, ``Out`` and
+``InOut`` wrappers choose the directions as in Numba. That costs two copies and a synchronization
+per launch: device arrays (torch tensors, Numba device arrays) are the fast path. A record (a
+numpy structured scalar) is passed by a pointer to its device copy. Arrays of records
+(numba-cuda's ``xoroshiro128p`` states) are arrays whose elements are opaque bytes of the
+record's size.
 
 This module must not import Numba: a saved Numba kernel (:func:`launchpad.load`) launches
 without it. It registers ``CONVERTERS["numba_array"]``, ``["numba_complex"]`` and
@@ -30,11 +35,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ...core import driver as _driver
 from ...core.spec import Arg
 from ...errors import ArgumentTypeError
-from ...launch.checks import CONVERTERS, Context, pointer_of, scratch
+from ...launch.checks import CONVERTERS, Context, pointer_of
 from ...launch.checks import describe as _describe
+from ...launch.memory import copy_in
 
 __all__ = ["array_converter", "convert_array", "convert_complex", "convert_record"]
 
@@ -98,6 +103,8 @@ def convert_array(value: Any, device: int, stream: int, ctx: Context, arg: Arg, 
 
 # Launch executors call the converter made for the options directly (no keyword unpacking).
 convert_array.specialize = array_converter  # type: ignore[attr-defined]
+# Which of the values may be a host copy (checks.HostCopy), which the launch copies back: the data pointer.
+convert_array.host_copies = (4,)  # type: ignore[attr-defined]
 
 
 def _strides_text(strides: tuple[int, ...], itemsize: int) -> str:
@@ -114,6 +121,9 @@ def _convert_slow(
     Objects with ``__cuda_array_interface__`` (Numba device arrays, CuPy) are converted here on
     every launch, so the messages are only built when one is raised.
     """
+    host = _host_array(value)
+    if host is not None:
+        return _host_values(*host, device, stream, ctx, arg, ndim=ndim, dtype=dtype, layout=layout, itemsize=itemsize)
     is_tensor = isinstance(value, torch.Tensor)
     if is_tensor:
         address = pointer_of(ctx, arg, value, device, stream, None)  # the device checks every pointer gets
@@ -136,8 +146,8 @@ def _convert_slow(
         if not isinstance(cai, dict):
             raise ctx.error(
                 arg,
-                f"expected a CUDA array for {_typename(arg)} (a torch tensor, a Numba device array or an object "
-                f"with __cuda_array_interface__), got {_describe(value)}",
+                f"expected an array for {_typename(arg)} (a torch tensor, a Numba device array, an object with "
+                f"__cuda_array_interface__ or a host NumPy array), got {_describe(value)}",
                 ArgumentTypeError,
             )
         if cai.get("mask") is not None:
@@ -168,6 +178,45 @@ def _convert_slow(
     return (0, 0, nitems, itemsize, address, *shape, *strides)
 
 
+#: ``numba.cuda.In``/``Out``/``InOut`` (``numba.cuda.args``): whether the array is copied in, and back.
+_DIRECTIONS = {"In": (True, False), "Out": (False, True), "InOut": (True, True)}
+
+
+def _host_array(value: Any) -> tuple[np.ndarray, bool, bool] | None:
+    """``(array, copy in, copy back)`` for a host NumPy array (in Numba's wrappers or not), else None."""
+    direction = _DIRECTIONS.get(type(value).__name__) if type(value).__module__.startswith("numba") else None
+    if direction is not None and isinstance(getattr(value, "value", None), np.ndarray):
+        return value.value, *direction
+    if isinstance(value, np.ndarray):
+        return value, True, True
+    return None
+
+
+def _host_values(array: np.ndarray, copy: bool, back: bool, device: int, stream: int, ctx: Context, arg: Arg, *,
+                 ndim: int, dtype: str, layout: str, itemsize: int) -> tuple:  # fmt: skip
+    """A host NumPy array's parameters: its device copy (see the module documentation)."""
+    if dtype.startswith("V"):
+        if array.dtype.itemsize != itemsize or array.dtype.kind != "V":
+            raise _wrong_dtype(ctx, arg, array)
+    elif array.dtype != np.dtype(dtype):
+        raise _wrong_dtype(ctx, arg, array)
+    if array.ndim != ndim:
+        raise ctx.error(arg, f"expected a {ndim}-d array ({_typename(arg)}), got {_what(array)} of shape {array.shape}")
+    strides = tuple(array.strides)
+    if not (array.flags.c_contiguous or array.flags.f_contiguous):
+        raise ctx.error(arg, f"a host NumPy array is copied to the device whole, so it must be contiguous (Numba's "
+                        f"dispatcher refuses it too); got shape {array.shape} with {_strides_text(strides, itemsize)}; "
+                        "np.ascontiguousarray() makes one, or pass a device array")  # fmt: skip
+    if layout != "A" and array.size and not _keeps_layout(array.shape, strides, itemsize, layout):
+        raise ctx.error(
+            arg, f"the kernel was compiled for a {_LAYOUT_WORDS[layout]} array ({_typename(arg)}), got {_what(array)} of "
+            f"shape {array.shape} with {_strides_text(strides, itemsize)}",
+        )  # fmt: skip
+    back = back and array.flags.writeable and "readonly" not in str(arg.options.get("type", ""))
+    address = copy_in(array, array.ctypes.data, array.nbytes, device, stream, copy=copy, back=back)
+    return (0, 0, array.size, itemsize, address, *array.shape, *strides)
+
+
 #: The usual ``typestr`` of each element type (others are compared as numpy dtypes).
 _TYPESTRS = {name: np.dtype(name).str for name in (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -191,6 +240,8 @@ def _what(value: Any) -> str:
     """An array argument as messages name it: ``a torch.float32 tensor``, ``a DeviceNDArray of float32``."""
     if isinstance(value, torch.Tensor):
         return f"a {value.dtype} tensor"
+    if isinstance(value, np.ndarray):
+        return f"a host NumPy array of {value.dtype}"
     typestr = value.__cuda_array_interface__["typestr"]
     got = _numpy_dtype(typestr)
     return f"a {type(value).__name__} of {got if got is not None else repr(typestr)}"
@@ -228,31 +279,13 @@ def convert_complex(value: Any, device: int, stream: int, ctx: Context, arg: Arg
 convert_complex.specialize = lambda **options: convert_complex  # type: ignore[attr-defined]
 
 
-class DeviceCopy(int):
-    """A device address that owns the memory it points to: a record copied for one launch. The
-    executors hold converted values until the driver has the arguments, so the copy lives that
-    long; after that torch's allocator reuses it only in stream order, behind the kernel."""
-
-    owner: Any
-
-
-def device_copy(data: bytes, device: int, stream: int) -> DeviceCopy:
-    """Copy bytes to fresh device memory in stream order, before the launch that reads them."""
-    owner, address = scratch(len(data), 16, device, stream)
-    _driver.copy_to_device(address, data, stream)
-    copy = DeviceCopy(address)
-    copy.owner = owner
-    return copy
-
-
 def convert_record(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
     """``CONVERTERS["numba_record"]``: a record argument, by pointer as Numba passes it.
 
     A numpy record (``np.void``/``np.record`` of the kernel's record dtype) is copied to the device
-    for the launch, as Numba's dispatcher does; unlike the dispatcher, what the kernel writes into
-    it is not copied back (pass a device record to keep writes). A device record (a Numba
-    ``DeviceRecord``, any ``__cuda_array_interface__`` object of one record, or a ``torch.uint8``
-    tensor of the record's bytes) is passed by its address.
+    for the launch and back after it, as Numba's dispatcher does (see the module documentation).
+    A device record (a Numba ``DeviceRecord``, any ``__cuda_array_interface__`` object of one
+    record, or a ``torch.uint8`` tensor of the record's bytes) is passed by its address.
     """
     itemsize = options["itemsize"]
     if isinstance(value, np.void):
@@ -261,7 +294,8 @@ def convert_record(value: Any, device: int, stream: int, ctx: Context, arg: Arg,
         if value.dtype.itemsize != itemsize or fields != [f[:2] for f in options.get("fields", fields)]:
             raise ctx.error(arg, f"expected a record of {options['type']}, got one of dtype {value.dtype}",
                             ArgumentTypeError)  # fmt: skip
-        return (device_copy(value.tobytes(), device, stream),)
+        host = value.__array_interface__["data"][0]  # the record's bytes (an array's element: in the array)
+        return (copy_in(value, host, itemsize, device, stream, copy=True, back=True),)
     if isinstance(value, torch.Tensor):
         if value.dtype is not torch.uint8 or value.numel() != itemsize or not value.is_contiguous():
             raise ctx.error(arg, f"expected a record of {options['type']}; a tensor must be torch.uint8 holding "
@@ -282,6 +316,7 @@ def convert_record(value: Any, device: int, stream: int, ctx: Context, arg: Arg,
 
 
 convert_record.specialize = lambda **options: functools.partial(convert_record, **options)  # type: ignore[attr-defined]
+convert_record.host_copies = (0,)  # type: ignore[attr-defined]
 CONVERTERS["numba_array"] = convert_array
 CONVERTERS["numba_complex"] = convert_complex
 CONVERTERS["numba_record"] = convert_record

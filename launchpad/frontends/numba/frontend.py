@@ -221,7 +221,9 @@ def describe_arguments(argtypes: Sequence[Any], names: Sequence[str]) -> tuple[l
         else:
             words.append(_scalar_word(ty, name))
             param_names.append(label)
-            args.append(Arg(name, "param", path, first))
+            # Numba converts ints as C does: any value whose bits fit (0xFFFFFFFF for an int32 is -1)
+            wrap = isinstance(ty, (types.Integer, types.IntEnumMember))
+            args.append(Arg(name, "param", path, first, options={"wrap": True} if wrap else {}))
 
     for i, (ty, name) in enumerate(zip(argtypes, names)):
         add(ty, (i,), name, name)
