@@ -771,3 +771,30 @@ print(len(kernel.params), hasattr(np, "row_stack"))
                          cwd=Path(__file__).parents[1], env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parents[1])})  # fmt: skip
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["8", "False"]  # 5 + 2 params for the array, 1 for n
+
+
+def reshape_first(out, x):
+    i = cuda.grid(1)
+    if i == 0:
+        out[0] = x.reshape(2, 4)[1, 2]
+
+
+def test_a_kernel_that_reshapes_links_numbas_helpers():
+    """``reshape`` calls numba-cuda's reshape_funcs.cu, which its dispatcher (not its compiler)
+    links: launchpad links it too, or nvJitLink would find the function unresolved."""
+    k = lp.from_numba(reshape_first, "void(float32[::1], float32[::1])", arch="sm_90")
+    assert k.name and len(k.params) == 14
+
+
+def test_what_only_numbas_dispatcher_does_is_refused():
+    debug = cuda.jit(debug=True, opt=False)(axpy)
+    with pytest.raises(lp.LaunchpadError, match=r"kernel 'axpy' is compiled with debug=True .*reports the exceptions"):
+        lp.from_numba(debug, SIGS["axpy"][1], arch="sm_90")
+
+    class Extension:
+        def prepare_args(self, ty, val, stream, retr):
+            return ty, val
+
+    extended = cuda.jit(extensions=[Extension()])(axpy)
+    with pytest.raises(lp.LaunchpadError, match=r"kernel 'axpy' has dispatcher extensions \(Extension\)"):
+        lp.from_numba(extended, SIGS["axpy"][1], arch="sm_90")

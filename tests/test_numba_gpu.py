@@ -208,3 +208,38 @@ def test_saved_kernel_runs_without_recompiling(kernels, tmp_path):
     out = nans(24, 16, dtype=torch.float64)
     loaded[(3, 2), (8, 8)](out, x.t(), x.t().contiguous())
     torch.testing.assert_close(out, 2 * x.t())
+
+
+def test_host_arrays_and_records_come_back_as_numbas_dispatcher_returns_them(kernels):
+    """Host NumPy arrays in, the kernel's writes back in them, on the default and on a side stream;
+    the same arrays through Numba's dispatcher give the same values."""
+    k = kernels("axpy")
+    rng = np.random.default_rng(11)
+    n = 5_003
+    x, y = rng.standard_normal(n, dtype=np.float32), rng.standard_normal(n, dtype=np.float32)
+    out = np.full(n, np.nan, dtype=np.float32)
+    k[blocks(n, 256), 256](out, x, y, 1.5)
+    np.testing.assert_allclose(out, np.float32(1.5) * x + y, rtol=1e-6)
+    side = torch.cuda.Stream()
+    out_side = np.full(n, np.nan, dtype=np.float32)
+    k[blocks(n, 256), 256, side.cuda_stream](cuda.Out(out_side), cuda.In(x), y, -2.0)
+    np.testing.assert_allclose(out_side, np.float32(-2.0) * x + y, rtol=1e-6)
+    expected = np.full(n, np.nan, dtype=np.float32)
+    cuda.jit(SIGS["axpy"][1])(SIGS["axpy"][0])[blocks(n, 256), 256](expected, x, y, 1.5)
+    np.testing.assert_array_equal(out, expected)
+
+
+def write_record(rec, values):
+    rec.x = values[0] * 2.0
+    rec.count = rec.count + 1
+
+
+def test_a_host_record_is_written_back():
+    from numba.np.numpy_support import from_dtype
+
+    dtype = np.dtype([("x", np.float32), ("count", np.int64)], align=True)
+    records = np.array([(1.0, 5), (2.0, 7)], dtype=dtype)
+    values = np.array([3.25], dtype=np.float32)
+    k = lp.from_numba(write_record, (from_dtype(dtype), cuda.types.float32[::1]))
+    k[1, 1](records[1], values)
+    assert records.tolist() == [(1.0, 5), (6.5, 8)]

@@ -18,7 +18,7 @@ from typing import Any
 from ...core.toolchain import compile_object
 from ...errors import CompileError, LaunchpadError
 
-__all__ = ["Compiled", "compile_kernel", "cudadevrt", "linked_object", "refuse_nrt"]
+__all__ = ["Compiled", "compile_kernel", "cudadevrt", "helper_files", "linked_object", "refuse_nrt"]
 
 #: Symbols a kernel calls when it synchronizes the grid (``cuda.cg.this_grid().sync()``);
 #: they live in libcudadevrt and work only in a cooperative launch.
@@ -84,16 +84,17 @@ def compile_kernel(pyfunc: Any, argtypes: tuple, cc: tuple, lto: bool, options: 
                 codes = [bytes(lib.get_ltoir(cc=cc))]
             else:
                 codes = [ptx.encode() for ptx in lib.get_asm_strs(cc=cc)]
+            ir = "\n".join(getattr(lib, "llvm_strs", ()))
             return Compiled(
                 codes,
                 "ltoir" if lto else "ptx",
                 lib._entry_name,
                 bool(lib.use_cooperative),
-                list(lib._linking_files),
+                [*lib._linking_files, *helper_files(ir)],
                 dict(getattr(lib, "referenced_objects", {})),
                 module_callbacks(getattr(lib, "_setup_functions", ())),
                 module_callbacks(getattr(lib, "_teardown_functions", ())),
-                bool(_NRT_CALLS.search("\n".join(getattr(lib, "llvm_strs", ())))),
+                bool(_NRT_CALLS.search(ir)),
             )
     except LaunchpadError:
         raise
@@ -121,7 +122,19 @@ def _compile_public(pyfunc: Any, argtypes: tuple, cc: tuple, options: dict) -> C
     if len(entries) != 1:
         raise LaunchpadError(f"expected one kernel in Numba's PTX for {pyfunc.__name__!r}, found {entries}")
     cooperative = any(re.search(rf"\b{s}\b", ptx) for s in _GRID_SYNC_SYMBOLS)
-    return Compiled([ptx.encode()], "ptx", entries[0], cooperative, [], {}, uses_nrt=bool(_NRT_CALLS.search(ptx)))
+    return Compiled([ptx.encode()], "ptx", entries[0], cooperative, helper_files(ptx), {},
+                    uses_nrt=bool(_NRT_CALLS.search(ptx)))  # fmt: skip
+
+
+def helper_files(code: str) -> list[str]:
+    """numba-cuda's helper sources a kernel's code calls into, which its dispatcher links when it
+    makes the kernel rather than the compiler: ``reshape_funcs.cu`` (array reshapes)."""
+    from numba.cuda import dispatcher
+
+    names = getattr(dispatcher, "reshape_funcs", ())
+    if not any(name in code for name in names):
+        return []
+    return [str(Path(dispatcher.__file__).parent / "reshape_funcs.cu")]
 
 
 # --- linking --------------------------------------------------------------------------------------

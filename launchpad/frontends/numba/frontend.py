@@ -132,6 +132,7 @@ def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any
     if target_options.get("device"):
         raise LaunchpadError(f"{pyfunc.__name__!r} is a device function (device=True), not a kernel")
     name = getattr(pyfunc, "__name__", "numba_kernel")
+    _refuse_dispatcher_only(name, target_options)
     argtypes, return_type = _normalize_signature(signature, name)
     if return_type is not None and str(return_type) not in ("none", "void"):
         raise LaunchpadError(f"kernel {name!r}: a kernel returns nothing, the signature returns {return_type}")
@@ -173,6 +174,27 @@ def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any
         # device arrays a kernel captured from globals: their addresses are baked into the code
         keepalive=tuple(compiled.keepalive.values()),
     )
+
+
+def _refuse_dispatcher_only(name: str, target_options: dict) -> None:
+    """Refuse what only Numba's dispatcher does at a launch, which launching without it would drop
+    silently: reporting exceptions raised in a ``debug=True`` kernel (the dispatcher reads an
+    error flag after every launch), and argument extensions (``prepare_args`` hooks it runs)."""
+    from numba.cuda.core import config
+
+    debug = target_options.get("debug")
+    if debug or (debug is None and getattr(config, "CUDA_DEBUGINFO_DEFAULT", False)):
+        raise LaunchpadError(
+            f"kernel {name!r} is compiled with debug=True (or NUMBA_CUDA_DEBUGINFO=1): Numba's dispatcher "
+            "reports the exceptions such a kernel raises by reading an error flag after every launch, which "
+            "launchpad does not do; compile it without debug to launch it here"
+        )
+    if target_options.get("extensions"):
+        names = ", ".join(type(e).__name__ for e in target_options["extensions"])
+        raise LaunchpadError(
+            f"kernel {name!r} has dispatcher extensions ({names}): Numba's dispatcher runs their prepare_args "
+            "on every launch's arguments, which launchpad does not; pass the arguments they would make instead"
+        )
 
 
 # --- the kernel's parameters ----------------------------------------------------------------------
