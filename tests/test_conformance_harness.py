@@ -62,7 +62,8 @@ def test_a_differing_outcome_and_every_refusal_are_reported(tmp_path):
     ):  # fmt: skip
         record = {"outcomes": {t: {"outcome": o, "message": "E x" if o == "failed" else ""} for t, o in outcomes.items()},
                   "stats": stats, "refusals": refusals}  # fmt: skip
-        (tmp_path / f"{mode}-main.json").write_text(json.dumps(record))
+        (tmp_path / "raw").mkdir(exist_ok=True)
+        (tmp_path / "raw" / f"{mode}-main.json").write_text(json.dumps(record))
     reference, routed = run_numba.merged(tmp_path, "dispatcher"), run_numba.merged(tmp_path, "launchpad")
     comparison = run_numba.compare(reference["outcomes"], routed["outcomes"])
     assert sorted(comparison["differ"]) == ["t::b", "t::c"] and comparison["tests"] == 3

@@ -798,3 +798,35 @@ def test_what_only_numbas_dispatcher_does_is_refused():
     extended = cuda.jit(extensions=[Extension()])(axpy)
     with pytest.raises(lp.LaunchpadError, match=r"kernel 'axpy' has dispatcher extensions \(Extension\)"):
         lp.from_numba(extended, SIGS["axpy"][1], arch="sm_90")
+
+
+def fill_one(r, nothing):
+    r[0] = 1
+
+
+def test_empty_tuples_are_arguments_that_pass_nothing(fake_gpu, tmp_path):
+    """An empty tuple argument (Numba's ``Tuple(())``) takes no parameter but is still an argument."""
+    sig = (types.int32[::1], types.Tuple((types.Tuple(()), types.Tuple(()))))
+    k = lp.from_numba(fill_one, sig, arch="sm_90")
+    assert len(k.params) == 7 and k.spec.arg_count == 2
+    for kernel in (k, lp.load(k.save(tmp_path / "fill_one.json"))):
+        fake_gpu.install(kernel)
+        r = torch.zeros(1, dtype=torch.int32)
+        kernel[1, 1](r, ((), ()))
+        assert fake_gpu.last.params == array_bytes(r)
+        with pytest.raises(lp.ArgumentError, match=r"argument 1\[0\] \('nothing'\): the kernel was specialized for"):
+            kernel[1, 1](r, ((1,), ()))
+
+
+def test_integer_arrays_of_the_other_signedness_pass_as_numba_passes_them(kernels, fake_gpu):
+    """A kernel compiled for ``int32`` arrays takes ``uint32`` ones (and the reverse): Numba's
+    dispatcher converts between them for a kernel of explicit types; the bits are the kernel's.
+    A float array for an int one is refused, as Numba refuses it."""
+    k = fake_gpu.install(kernels("add3d"))  # int32[:, :, ::1] arrays
+    out, x, y = (torch.zeros(2, 3, 4, dtype=torch.int32) for _ in range(3))
+    k[1, 1](out, x.view(torch.uint32), y)
+    assert fake_gpu.last.params[11 + 4] == struct.pack("<Q", x.data_ptr())  # after out's 5 + 2 * 3
+    with pytest.raises(lp.ArgumentTypeError, match=r"expected int32 elements .*got a torch.float32 tensor"):
+        k[1, 1](out, x.float(), y)
+    with pytest.raises(lp.ArgumentTypeError, match=r"expected int32 elements .*got a torch.int64 tensor"):
+        k[1, 1](out, x.long(), y)

@@ -106,7 +106,12 @@ def test_cache_results_spares_a_second_process_the_tuning(tmp_path):
 
     env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"),
                PYTHONPATH=os.pathsep.join([str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]))  # fmt: skip
-    runs = [json.loads(subprocess.run([sys.executable, "-c", _TUNE_IN_A_PROCESS], env=env, capture_output=True,
-                                      text=True, check=True).stdout.splitlines()[-1]) for _ in range(2)]  # fmt: skip
+    script = tmp_path / "tune_in_a_process.py"  # a file: Triton reads a jit function's source
+    script.write_text(_TUNE_IN_A_PROCESS)
+    runs = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        runs.append(json.loads(done.stdout.splitlines()[-1]))
     assert runs[0]["timed"] == 3 and runs[1]["timed"] == 0
     assert runs[1]["best"] == runs[0]["best"]

@@ -64,7 +64,7 @@ class Arg:
         for f in fields(self)[3:]:
             v = getattr(self, f.name)
             default = f.default_factory() if callable(f.default_factory) else f.default
-            if v != default and v != ():
+            if v != default:
                 out[f.name] = list(v) if isinstance(v, tuple) else v
         return out
 

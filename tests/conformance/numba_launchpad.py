@@ -24,6 +24,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 MODE = os.environ.get("LAUNCHPAD_CONFORMANCE", "dispatcher")
 OUT = Path(os.environ.get("LAUNCHPAD_CONFORMANCE_OUT", "conformance-out"))
 
@@ -36,12 +38,38 @@ _local = threading.local()
 def pytest_configure(config: Any) -> None:
     import numpy as np
 
+    for marker in ("requires_cc_min(cc, feature)", "requires_cc_exact(cc, feature)"):
+        config.addinivalue_line("markers", f"{marker}: skip below / off that compute capability")
+
     # numba-cuda 0.30 registers an overload of np.row_stack when its array module loads; NumPy 2.5
     # removed the alias, so its dispatcher fails without it, in both runs alike
     if not hasattr(np, "row_stack"):
         np.row_stack = np.vstack
     if MODE == "launchpad":
         _route_launches()
+
+
+# What numba-cuda's repository-level conftest.py (not shipped in its wheel) gives its tests.
+
+
+@pytest.fixture(scope="class")
+def initialize_from_pytest_config(request: Any) -> None:
+    """The class fixture numba-cuda's ``CUDATestCase`` asks for: no FileCheck reproducer dumps."""
+    request.cls._dump_failed_filechecks = False
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    """numba-cuda's compute-capability markers: skip where the current GPU does not qualify."""
+    markers = [(m, m.args) for name in ("requires_cc_min", "requires_cc_exact") for m in item.iter_markers(name)]
+    if not markers:
+        return
+    from numba import cuda
+
+    cc = cuda.get_current_device().compute_capability
+    for marker, args in markers:
+        wanted = tuple(args[0])
+        if (cc < wanted) if marker.name == "requires_cc_min" else (cc != wanted):
+            pytest.skip(f"{args[1] if len(args) > 1 else 'this'} needs compute capability {wanted}")
 
 
 def _current_test() -> str:

@@ -46,11 +46,12 @@ MODES = ("dispatcher", "launchpad")
 
 def run(mode: str, modules: list[str], out: Path, workers: int, timeout: float) -> int:
     """One pytest run of the modules in ``mode``; its results land in ``out``."""
-    env = dict(os.environ, LAUNCHPAD_CONFORMANCE=mode, LAUNCHPAD_CONFORMANCE_OUT=str(out))
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env = dict(os.environ, LAUNCHPAD_CONFORMANCE=mode, LAUNCHPAD_CONFORMANCE_OUT=str(out / "raw"))
+    # absolute: pytest runs in ``out``, where a relative entry (PYTHONPATH=.) would point elsewhere
+    paths = [str(HERE), *(str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     command = [sys.executable, "-m", "pytest", "-q", "-p", "numba_launchpad", "-p", "no:cacheprovider",
-               "--rootdir", str(out), "-o", "addopts=", "--pyargs",
-               *(f"numba.cuda.tests.cudapy.{m}" for m in modules)]  # fmt: skip
+               "--rootdir", str(out), "-o", "addopts=", *shims(modules, out)]  # fmt: skip
     if workers > 1:
         command += ["-n", str(workers)]
     print(f"== {mode}: {' '.join(command[3:8])} ... ({len(modules)} modules)", flush=True)
@@ -60,10 +61,24 @@ def run(mode: str, modules: list[str], out: Path, workers: int, timeout: float) 
     return done.returncode
 
 
+def shims(modules: list[str], out: Path) -> list[str]:
+    """One file per module that imports its tests, for pytest to collect: numba-cuda's test files
+    live under ``numba_cuda/numba/cuda`` (``numba.cuda`` only through an import redirector), so
+    pytest importing them by their path would name them ``cuda.tests...`` and fail."""
+    folder = out / "shims"
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for module in modules:
+        path = folder / f"{module}.py"
+        path.write_text(f"from numba.cuda.tests.cudapy.{module} import *  # noqa: F403\n")
+        paths.append(str(path))
+    return paths
+
+
 def merged(out: Path, mode: str) -> dict[str, Any]:
     """The outcomes, launch counts and refusals of every process of one run."""
     result: dict[str, Any] = {"outcomes": {}, "stats": collections.Counter(), "refusals": []}
-    for path in sorted(out.glob(f"{mode}-*.json")):
+    for path in sorted((out / "raw").glob(f"{mode}-*.json")):
         record = json.loads(path.read_text())
         result["outcomes"].update(record["outcomes"])
         result["stats"].update(record["stats"])
@@ -129,10 +144,14 @@ def main(argv: list[str] | None = None) -> int:
         args.workers = 1
     out = args.out or Path(tempfile.mkdtemp(prefix="numba-conformance-"))
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*-*.json"):
+    for stale in (out / "raw").glob("*-*.json"):
         stale.unlink()
     for mode in MODES:
-        run(mode, list(args.modules or MODULES), out, args.workers, args.timeout)
+        try:
+            run(mode, list(args.modules or MODULES), out, args.workers, args.timeout)
+        except subprocess.TimeoutExpired:
+            print(f"the {mode} run took more than {args.timeout:.0f} s and was stopped", file=sys.stderr)
+            return 2
     reference, routed = merged(out, "dispatcher"), merged(out, "launchpad")
     comparison = compare(reference["outcomes"], routed["outcomes"])
     text = report(comparison, routed)

@@ -137,7 +137,7 @@ def _convert_slow(
                 raise _wrong_dtype(ctx, arg, value)
             shape, strides = tuple(value.shape[:-1]), tuple(value.stride()[:-1])
         else:
-            if getattr(torch, dtype, None) is not value.dtype:
+            if not _same_elements(dtype, _NUMPY_OF.get(value.dtype)):
                 raise _wrong_dtype(ctx, arg, value)
             shape = tuple(value.shape)
             strides = tuple(s * itemsize for s in value.stride())
@@ -153,7 +153,7 @@ def _convert_slow(
         if cai.get("mask") is not None:
             raise ctx.error(arg, f"masked arrays are not supported ({type(value).__name__} has a mask)")
         typestr = cai["typestr"]
-        if typestr != _TYPESTRS.get(dtype) and _numpy_dtype(typestr) != np.dtype(dtype):
+        if typestr != _TYPESTRS.get(dtype) and not _same_elements(dtype, _numpy_dtype(typestr)):
             raise _wrong_dtype(ctx, arg, value)
         shape = tuple(cai["shape"])
         raw = cai.get("strides")
@@ -198,7 +198,7 @@ def _host_values(array: np.ndarray, copy: bool, back: bool, device: int, stream:
     if dtype.startswith("V"):
         if array.dtype.itemsize != itemsize or array.dtype.kind != "V":
             raise _wrong_dtype(ctx, arg, array)
-    elif array.dtype != np.dtype(dtype):
+    elif not _same_elements(dtype, array.dtype):
         raise _wrong_dtype(ctx, arg, array)
     if array.ndim != ndim:
         raise ctx.error(arg, f"expected a {ndim}-d array ({_typename(arg)}), got {_what(array)} of shape {array.shape}")
@@ -215,6 +215,24 @@ def _host_values(array: np.ndarray, copy: bool, back: bool, device: int, stream:
     back = back and array.flags.writeable and "readonly" not in str(arg.options.get("type", ""))
     address = copy_in(array, array.ctypes.data, array.nbytes, device, stream, copy=copy, back=back)
     return (0, 0, array.size, itemsize, address, *array.shape, *strides)
+
+
+#: numpy's name of each torch dtype an array argument may have.
+_NUMPY_OF = {getattr(torch, name): np.dtype(name) for name in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", "float32", "float64", "complex64", "complex128",
+) if hasattr(torch, name)}  # fmt: skip
+
+
+def _same_elements(dtype: str, got: np.dtype | None) -> bool:
+    """Whether an array of ``got`` elements passes for ``dtype`` ones: the same type, or an integer
+    of the same width and the other signedness, whose bits the kernel reads as its own type (what
+    Numba's dispatcher does for a kernel compiled for explicit types: it converts an ``int32``
+    array to a ``uint32[:]`` parameter)."""
+    if got is None:
+        return False
+    expected = np.dtype(dtype)
+    return got == expected or (got.kind in "iu" and expected.kind in "iu" and got.itemsize == expected.itemsize)
 
 
 #: The usual ``typestr`` of each element type (others are compared as numpy dtypes).

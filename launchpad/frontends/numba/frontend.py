@@ -232,6 +232,8 @@ def describe_arguments(argtypes: Sequence[Any], names: Sequence[str]) -> tuple[l
             param_names.extend([f"{label}.real", f"{label}.imag"])
             args.append(Arg(name, "expand", path, params=(first, first + 1), converter="numba_complex"))
         elif isinstance(ty, types.BaseTuple):
+            if len(ty) == 0:  # passed, and nothing of it reaches the kernel: an empty tuple it must be
+                args.append(Arg(name, "const", path, value=()))
             for j, element in enumerate(ty):
                 add(element, (*path, j), f"{label}[{j}]", name)
         elif isinstance(ty, types.Record):  # by pointer to a device copy, as Numba's dispatcher passes it
