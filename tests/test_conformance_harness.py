@@ -68,7 +68,19 @@ def test_a_differing_outcome_and_every_refusal_are_reported(tmp_path):
     comparison = run_numba.compare(reference["outcomes"], routed["outcomes"])
     assert sorted(comparison["differ"]) == ["t::b", "t::c"] and comparison["tests"] == 3
     text = run_numba.report(comparison, routed)
-    assert "different: 2" in text and "| `t::b` | passed:  | failed: E x |" in text
+    assert "different: 2;" in text and "| `t::b` | passed:  | failed: E x |" in text
     assert "| `t::c` | skipped:  | not run |" in text
     assert "kernel launches: 5, through launchpad: 4" in text
     assert "| launch | 1 | k | kernel 'k', argument 0: bad |" in text
+
+
+def test_differences_by_design_are_reported_apart_with_their_reason():
+    name = next(iter(run_numba.BY_DESIGN))
+    reference = {f"shims/{name}": {"outcome": "passed", "message": ""}, "shims/t.py::x": {"outcome": "passed",
+                                                                                         "message": ""}}  # fmt: skip
+    routed = {f"shims/{name}": {"outcome": "failed", "message": "E mock"}, "shims/t.py::x": {"outcome": "passed",
+                                                                                           "message": ""}}  # fmt: skip
+    comparison = run_numba.compare(reference, routed)
+    assert comparison["differ"] == {} and list(comparison["by_design"]) == [f"shims/{name}"]
+    text = run_numba.report(comparison, {"stats": {}, "refusals": []})
+    assert "different: 0; different by design: 1" in text and run_numba.BY_DESIGN[name] in text

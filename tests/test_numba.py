@@ -9,6 +9,7 @@ strides in bytes), complex scalars are two floats, booleans one byte.
 from __future__ import annotations
 
 import ctypes
+import enum
 import math
 import struct
 
@@ -830,3 +831,53 @@ def test_integer_arrays_of_the_other_signedness_pass_as_numba_passes_them(kernel
         k[1, 1](out, x.float(), y)
     with pytest.raises(lp.ArgumentTypeError, match=r"expected int32 elements .*got a torch.int64 tensor"):
         k[1, 1](out, x.long(), y)
+
+
+class Color(enum.Enum):
+    RED = 1
+    GREEN = 2
+
+
+class Planet(enum.Enum):
+    MERCURY = (3.303e23, 2.4397e6)
+    VENUS = (4.869e24, 6.0518e6)
+
+
+def same(a, b, out):
+    out[0] = a == b
+
+
+def test_enum_members_pass_their_values(fake_gpu):
+    """An ``Enum`` member is passed as its value (a tuple value flattened), as Numba passes it."""
+    from numba.cuda.typing.typeof import typeof
+
+    out = torch.zeros(1, dtype=torch.bool)
+    for a, b, pack in ((Color.RED, Color.GREEN, "<q"), (Planet.MERCURY, Planet.VENUS, "<d")):
+        k = fake_gpu.install(lp.from_numba(same, (typeof(a), typeof(b), types.bool_[::1]), arch="sm_90"))
+        k[1, 1](a, b, out)
+        values = [
+            v for member in (a, b) for v in (member.value if isinstance(member.value, tuple) else (member.value,))
+        ]
+        assert fake_gpu.last.params[: len(values)] == [struct.pack(pack, v) for v in values]
+    with pytest.raises(lp.ArgumentTypeError, match=r"argument 0 \('a'\): expected a member of enum Planet, got Color"):
+        k[1, 1](Color.RED, Planet.VENUS, out)
+
+
+def test_a_numba_device_arrays_own_strides_are_passed(kernels, fake_gpu, monkeypatch):
+    """numba-cuda's ``__cuda_array_interface__`` leaves out a broadcast array's strides (it reads as
+    contiguous); its dispatcher passes the array's own, with their 0: so does launchpad."""
+    base = torch.rand(1, dtype=torch.float64)
+
+    class DeviceNDArray:  # what numba-cuda makes of a scalar a ufunc broadcasts
+        __module__ = "numba.cuda.cudadrv.devicearray"
+        shape, strides = (3, 4), (0, 0)
+
+        @property
+        def __cuda_array_interface__(self) -> dict:
+            return {"shape": (3, 4), "strides": None, "typestr": "<f8", "version": 3, "data": (base.data_ptr(), False)}
+
+    monkeypatch.setattr(_driver, "pointer_device", lambda address: -1)
+    k = fake_gpu.install(kernels("add_any"))  # float64[:, :] arrays
+    out = torch.empty(3, 4, dtype=torch.float64)
+    k[1, (3, 4)](out, DeviceNDArray(), out)
+    assert fake_gpu.last.params[9:18] == q(0, 0, 12, 8, base.data_ptr(), 3, 4, 0, 0)  # after out's 5 + 2 * 2

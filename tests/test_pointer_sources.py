@@ -111,11 +111,15 @@ def test_producer_streams_are_waited_for(copy_kernel, fake_gpu, monkeypatch):
     assert waits == []
     k.launch(1, 8, CAI(x, stream=2), y, 8)  # the per-thread default stream is another stream
     assert set(waits) == {(0x5000, 2)}
+    waits.clear()  # 0, which Numba's arrays report for its default stream: the legacy default stream
+    k.launch(1, 8, CAI(x, stream=0), y, 8)
+    k.launch(1, 8, CAI(x, stream=0), y, 8, stream=1)
+    assert waits == [(0x5000, 0)]
     with pytest.raises(lp.ArgumentError) as err:
-        k.launch(1, 8, CAI(x, stream=0), y, 8)
+        k.launch(1, 8, CAI(x, stream=-3), y, 8)
     assert str(err.value) == (
-        "kernel 'copy', argument 0 ('x'), param 0 (*fp32): __cuda_array_interface__ stream must be None or a nonzero int, "
-        "got 0"
+        "kernel 'copy', argument 0 ('x'), param 0 (*fp32): __cuda_array_interface__ stream must be None or a stream "
+        "handle, got -3"
     )
 
 

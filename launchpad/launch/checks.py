@@ -152,16 +152,19 @@ def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, stream: int, dty
 def wait_for_producer(ctx: Context, arg: Arg, cai: dict, stream: int) -> None:
     """Order the launch after the work of the stream a ``__cuda_array_interface__`` names (CAI v3).
 
-    ``stream`` absent or None: nothing to wait for. 0 is not allowed by the protocol; 1 and 2 are
-    the legacy and per-thread default streams. A stream other than the launch's gets an event
-    recorded that the launch stream waits for (no host synchronization).
+    ``stream`` absent or None: nothing to wait for. 1 and 2 are the legacy and per-thread default
+    streams. The protocol disallows 0, but Numba's own device arrays bound to its default stream
+    report 0 (``int()`` of that stream object), meaning the legacy default stream: taken as such.
+    A stream other than the launch's gets an event recorded that the launch stream waits for (no
+    host synchronization).
     """
     producer = cai.get("stream")
     if producer is None:
         return
-    if isinstance(producer, bool) or not isinstance(producer, int) or producer == 0:
-        raise ctx.error(arg, f"__cuda_array_interface__ stream must be None or a nonzero int, got {producer!r}")
-    if producer != stream and not (producer == 1 and stream == 0):  # 0 and 1 both name the legacy default stream
+    if isinstance(producer, bool) or not isinstance(producer, int) or producer < 0:
+        raise ctx.error(arg, f"__cuda_array_interface__ stream must be None or a stream handle, got {producer!r}")
+    legacy = (0, 1)  # the handles that name the legacy default stream
+    if producer != stream and not (producer in legacy and stream in legacy):
         _driver.stream_wait(stream, producer)
 
 

@@ -16,8 +16,8 @@ numpy structured scalar) is passed by a pointer to its device copy. Arrays of re
 record's size.
 
 This module must not import Numba: a saved Numba kernel (:func:`launchpad.load`) launches
-without it. It registers ``CONVERTERS["numba_array"]``, ``["numba_complex"]`` and
-``["numba_record"]``.
+without it. It registers ``CONVERTERS["numba_array"]``, ``["numba_complex"]``,
+``["numba_record"]`` and ``["numba_enum"]``.
 
 For each array type (``ndim``, dtype, layout) one converter is made once; its torch path is
 straight-line: a class, dtype and device check, ``shape``/``stride()``, the layout promise checked
@@ -28,6 +28,7 @@ the errors.
 
 from __future__ import annotations
 
+import enum
 import functools
 from collections.abc import Callable
 from typing import Any
@@ -41,7 +42,7 @@ from ...launch.checks import CONVERTERS, Context, pointer_of
 from ...launch.checks import describe as _describe
 from ...launch.memory import copy_in
 
-__all__ = ["array_converter", "convert_array", "convert_complex", "convert_record"]
+__all__ = ["array_converter", "convert_array", "convert_complex", "convert_enum", "convert_record"]
 
 _LAYOUT_WORDS = {"C": "C-contiguous", "F": "Fortran-contiguous (column-major)", "A": "strided"}
 
@@ -159,6 +160,9 @@ def _convert_slow(
         raw = cai.get("strides")
         # no strides in the interface means C-contiguous
         strides = tuple(raw) if raw is not None else _c_strides(shape, itemsize)
+        own = _numba_strides(value)
+        if own is not None:
+            strides = own
     if len(shape) != ndim:
         raise ctx.error(arg, f"expected a {ndim}-d array ({_typename(arg)}), got {_what(value)} of shape {shape}")
     if not is_tensor:
@@ -176,6 +180,17 @@ def _convert_slow(
             f"shape {shape} with {_strides_text(strides, itemsize)}{hint}",
         )
     return (0, 0, nitems, itemsize, address, *shape, *strides)
+
+
+def _numba_strides(value: Any) -> tuple[int, ...] | None:
+    """A Numba device array's strides as it knows them, or None for other arrays. Its
+    ``__cuda_array_interface__`` leaves out the strides of a broadcast array (a stride of 0: what
+    Numba's ufuncs make of a scalar), which then reads as C-contiguous; Numba's dispatcher passes
+    the array's own strides, and so does launchpad."""
+    if not type(value).__module__.startswith(("numba.", "numba_cuda.")):
+        return None
+    strides = getattr(value, "strides", None)
+    return tuple(strides) if isinstance(strides, tuple) else None
 
 
 #: ``numba.cuda.In``/``Out``/``InOut`` (``numba.cuda.args``): whether the array is copied in, and back.
@@ -333,8 +348,32 @@ def convert_record(value: Any, device: int, stream: int, ctx: Context, arg: Arg,
     )  # fmt: skip
 
 
+def convert_enum(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+    """``CONVERTERS["numba_enum"]``: an ``Enum`` member as the parameters of its value (a scalar, or
+    a tuple of them flattened), as Numba's dispatcher passes it. ``options``: ``enum``, the enum
+    class's qualified name, which the member's class must have (Numba types each class apart)."""
+    if not isinstance(value, enum.Enum) or type(value).__qualname__ != options["enum"]:
+        raise ctx.error(arg, f"expected a member of enum {options['enum']}, got {_describe(value)}", ArgumentTypeError)
+    flat: list[Any] = []
+
+    def walk(v: Any) -> None:
+        if isinstance(v, tuple):
+            for item in v:
+                walk(item)
+        else:
+            flat.append(v)
+
+    walk(value.value)
+    if len(flat) != len(arg.params):
+        raise ctx.error(arg, f"{value!r} has {len(flat)} values, the kernel was compiled for {len(arg.params)} "
+                        f"({options.get('type')})", ArgumentTypeError)  # fmt: skip
+    return tuple(flat)
+
+
 convert_record.specialize = lambda **options: functools.partial(convert_record, **options)  # type: ignore[attr-defined]
+convert_enum.specialize = lambda **options: functools.partial(convert_enum, **options)  # type: ignore[attr-defined]
 convert_record.host_copies = (0,)  # type: ignore[attr-defined]
 CONVERTERS["numba_array"] = convert_array
 CONVERTERS["numba_complex"] = convert_complex
 CONVERTERS["numba_record"] = convert_record
+CONVERTERS["numba_enum"] = convert_enum

@@ -236,6 +236,20 @@ def describe_arguments(argtypes: Sequence[Any], names: Sequence[str]) -> tuple[l
                 args.append(Arg(name, "const", path, value=()))
             for j, element in enumerate(ty):
                 add(element, (*path, j), f"{label}[{j}]", name)
+        elif isinstance(ty, types.EnumMember) and not isinstance(ty, types.IntEnumMember):
+            # an Enum member is passed as its value, as Numba's dispatcher passes it
+            def leaves(t: Any, leaf_label: str) -> None:
+                if isinstance(t, types.BaseTuple):
+                    for j, element in enumerate(t):
+                        leaves(element, f"{leaf_label}[{j}]")
+                else:
+                    words.append(_scalar_word(t, name))
+                    param_names.append(leaf_label)
+
+            leaves(ty.dtype, f"{label}.value")
+            options = {"enum": ty.instance_class.__qualname__, "type": str(ty)}
+            params = tuple(range(first, len(words)))
+            args.append(Arg(name, "expand", path, params=params, converter="numba_enum", options=options))
         elif isinstance(ty, types.Record):  # by pointer to a device copy, as Numba's dispatcher passes it
             words.append("*void")
             param_names.append(label)
@@ -272,7 +286,7 @@ def _scalar_word(ty: Any, name: str) -> str:
         return "*void"
     raise LaunchpadError(
         f"argument {name!r}: launchpad cannot pass Numba type {ty} (it passes arrays, integers, floats, "
-        "booleans, complex numbers, pointers, records and tuples of these)"
+        "booleans, complex numbers, pointers, records, enum members and tuples of these)"
     )
 
 
