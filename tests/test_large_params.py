@@ -154,6 +154,7 @@ def test_a_device_or_driver_that_cannot_take_a_large_block_is_refused_before_the
     monkeypatch.setattr(_driver, "driver_version", lambda: version)
     monkeypatch.setattr(_driver, "load_function", lambda image, name, device: loaded.append(name) or ("m", 1))
     monkeypatch.setattr(torch.cuda, "init", lambda: None)
+    monkeypatch.setattr(_driver, "unload_module", lambda module, device: None)  # "m" is no real module
     monkeypatch.setattr(_binary, "arch_runs_on", lambda *a: True)
     from launchpad.core import loader as _loader
 
