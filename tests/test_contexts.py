@@ -120,3 +120,45 @@ def test_a_launch_failing_in_the_right_context_raises_with_the_cuda_error(monkey
     with pytest.raises(CudaError, match=r"cuLaunchKernel failed: CUDA_ERROR_INVALID_HANDLE \(400\)"):
         _driver.launch_failed(INVALID_HANDLE, 0, launch, ())
     assert drv.calls == []  # the device's context was already current: nothing to retry
+
+
+# --- the driver the installed cuda-bindings needs -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("bindings", "driver", "message"),
+    [
+        ("13.3.1", 12080, "the NVIDIA driver 570.86.15 (supports CUDA 12.8) is older than the installed cuda-bindings "
+         "13.3.1 needs (CUDA 13.0, driver 580.65 or newer): install launchpad[cu12] (cuda-bindings 12.x) for this "
+         "driver, or upgrade the driver to 580.65 or newer"),
+        ("12.9.4", 11080, "the NVIDIA driver 570.86.15 (supports CUDA 11.8) is older than the installed cuda-bindings "
+         "12.9.4 needs (CUDA 12.0, driver 525.60 or newer): upgrade the driver to 525.60 or newer"),
+        ("13.3.1", 13000, None),
+        ("12.9.4", 13010, None),
+    ],
+)  # fmt: skip
+def test_a_driver_older_than_the_bindings_need_is_named_at_first_use(monkeypatch, bindings, driver, message):
+    """The first driver call (cuInit) checks the driver against the installed cuda-bindings."""
+    monkeypatch.setattr(_driver, "bindings_version", lambda: bindings)
+    monkeypatch.setattr(_driver, "_driver_release", lambda: "570.86.15")
+    monkeypatch.setattr(_driver, "_initialized", False)
+    monkeypatch.setattr(_driver._cu, "cuInit", lambda flags: (SUCCESS,))
+    monkeypatch.setattr(_driver._cu, "cuDriverGetVersion", lambda: (SUCCESS, driver))
+    if message is None:
+        _driver.init()
+        assert _driver._initialized
+        return
+    with pytest.raises(_driver.UnsupportedVersion) as e:
+        _driver.init()
+    assert str(e.value) == message and not _driver._initialized
+
+
+def test_the_driver_release_is_read_from_the_kernel_module(monkeypatch, tmp_path):
+    import builtins
+
+    version = tmp_path / "version"
+    version.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build\n")
+    real_open = builtins.open
+    monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(version if p == "/proc/driver/nvidia/version"
+                                                                       else p, *a, **k))  # fmt: skip
+    assert _driver._driver_release() == "580.159.04"

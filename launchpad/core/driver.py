@@ -28,7 +28,7 @@ from typing import Any
 
 from cuda.bindings import driver as _cu
 
-from ..errors import CudaError, NoDeviceError
+from ..errors import CudaError, NoDeviceError, UnsupportedVersion
 
 CUresult = _cu.CUresult
 SUCCESS = CUresult.CUDA_SUCCESS
@@ -82,7 +82,8 @@ def check(result: tuple, call: str) -> Any:
 
 
 def init() -> None:
-    """Initialize the driver once; raise :class:`NoDeviceError` when there is none."""
+    """Initialize the driver once; raise :class:`NoDeviceError` when there is none, and
+    :class:`UnsupportedVersion` when it is older than the installed cuda-bindings needs."""
     global _initialized
     if _initialized:
         return
@@ -95,10 +96,57 @@ def init() -> None:
             raise NoDeviceError(
                 f"no CUDA driver found ({exc}); compiling works without a GPU, launching needs one"
             ) from None
+        try:
+            version = _cu.cuDriverGetVersion()  # needs no cuInit: works on any driver the bindings find
+        except Exception:
+            version = (None,)
+        if version[0] == SUCCESS:
+            check_driver(int(version[1]))
         if result[0] == CUresult.CUDA_ERROR_NO_DEVICE:
             raise NoDeviceError("the CUDA driver reports no GPU; launching needs one")
         check(result, "cuInit")
         _initialized = True
+
+
+#: The oldest driver each major version of cuda-bindings runs on: the CUDA version
+#: ``cuDriverGetVersion`` reports for it, and its release.
+DRIVER_NEEDED = {12: (12000, "525.60"), 13: (13000, "580.65")}
+
+
+def bindings_version() -> str:
+    from cuda import bindings
+
+    return str(getattr(bindings, "__version__", "0"))
+
+
+def _driver_release() -> str:
+    """The kernel module's release (``580.159.04``) where Linux says it, else ``""``."""
+    try:
+        text = open("/proc/driver/nvidia/version").read()
+    except OSError:
+        return ""
+    found = re.search(r"Kernel Module(?: for \w+)?\s+(\d+\.\d+(?:\.\d+)?)", text)
+    return found.group(1) if found else ""
+
+
+def check_driver(cuda_version: int) -> None:
+    """Raise :class:`UnsupportedVersion` when the driver (supporting ``cuda_version``, as
+    ``cuDriverGetVersion`` gives it) is older than the installed cuda-bindings needs, naming the
+    driver, the bindings and the extra of launchpad that fits that driver."""
+    bindings = bindings_version()
+    major = int(bindings.split(".")[0] or 0)
+    needed, release = DRIVER_NEEDED.get(major, (major * 1000, "a newer one"))
+    if cuda_version >= needed:
+        return
+    supports = f"CUDA {cuda_version // 1000}.{cuda_version % 1000 // 10}"
+    driver = f"NVIDIA driver {_driver_release()}".rstrip() + f" (supports {supports})"
+    fitting = [m for m, (v, _) in sorted(DRIVER_NEEDED.items()) if v <= cuda_version]
+    what = (f"install launchpad[cu{fitting[-1]}] (cuda-bindings {fitting[-1]}.x) for this driver, or upgrade the "
+            f"driver to {release} or newer") if fitting else f"upgrade the driver to {release} or newer"  # fmt: skip
+    raise UnsupportedVersion(
+        f"the {driver} is older than the installed cuda-bindings {bindings} needs (CUDA {needed // 1000}.0, driver "
+        f"{release} or newer): {what}"
+    )
 
 
 def device_count() -> int:

@@ -22,6 +22,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#if PY_VERSION_HEX < 0x030B0000 /* Python 3.10: the float packers were private, with unsigned bytes */
+#define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
+#define PyFloat_Pack4(x, p, le) _PyFloat_Pack4((x), (unsigned char *)(p), (le))
+#define PyFloat_Pack8(x, p, le) _PyFloat_Pack8((x), (unsigned char *)(p), (le))
+#endif
+
 /* --- CUDA driver ABI -------------------------------------------------------------------------- */
 
 typedef int CUresult;
