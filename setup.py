@@ -10,7 +10,7 @@ import os
 
 from setuptools import Extension, setup
 
-SOURCES = ["module.c", "plan.c", "launcher.c", "configured.c", "values.c", "bound.c", "dispatch.c"]
+SOURCES = ["module.c", "plan.c", "launcher.c", "configured.c", "values.c", "bound.c", "dispatch.c", "replay.c"]
 
 claunch = Extension(
     "launchpad.launch._claunch",

@@ -22,6 +22,7 @@ from .errors import (
     LaunchpadWarning,
     NoDeviceError,
     OutOfResources,
+    RecordError,
     UnsupportedVersion,
 )
 from .frontends.cpp.compiler import compile_cuda, compile_cuda_module, compile_cuda_object, link
@@ -31,6 +32,7 @@ from .frontends.triton.in_process import from_triton
 from .frontends.triton.launcher import TritonLauncher, triton_launcher
 from .kernel import Kernel, from_image, load, load_cubin
 from .launch.executor import launch_path
+from .launch.sequence import Sequence, record
 from .torch_ops import torch_op
 
 # isort: split
@@ -57,6 +59,8 @@ __all__ = [
     "ModuleCallbacks",
     "NoDeviceError",
     "OutOfResources",
+    "RecordError",
+    "Sequence",
     "TritonLauncher",
     "UnsupportedVersion",
     "__version__",
@@ -72,6 +76,7 @@ __all__ = [
     "load",
     "load_cubin",
     "load_triton",
+    "record",
     "torch_op",
     "triton_launcher",
 ]

@@ -10,6 +10,8 @@ class                    raised when
 =======================  ===================================================================
 ``ArgumentError``        a launch argument or configuration is invalid (before any driver call)
 ``ArgumentTypeError``    ... and the problem is its type (also a ``TypeError``)
+``RecordError``          a function cannot be recorded as a sequence with the inputs named (an
+                         input decides what it launches, a launch takes a value derived from one)
 ``OutOfResources``       a kernel asks for more shared memory or threads than the device allows
 ``BinaryError``          a binary cannot be used: not a valid image, no such kernel in it, built
                          for another architecture, a damaged or modified saved artifact
@@ -36,6 +38,7 @@ __all__ = [
     "LaunchpadWarning",
     "NoDeviceError",
     "OutOfResources",
+    "RecordError",
     "UnsupportedVersion",
 ]
 
@@ -97,6 +100,12 @@ class ArgumentError(LaunchpadError, ValueError):
 
 class ArgumentTypeError(ArgumentError, TypeError):
     """A launch argument has the wrong type (also a ``TypeError``)."""
+
+
+class RecordError(ArgumentError):
+    """:func:`launchpad.record` cannot make a sequence whose replays follow its inputs: an input
+    decides which kernels, grids or nodes run, a launch takes a value computed from an input, or
+    an input reaches no launch. The message names the input and the node."""
 
 
 class OutOfResources(LaunchpadError, ValueError):

@@ -508,6 +508,87 @@ def launch_ex(
         launch_failed(result[0], device, _cu.cuLaunchKernelEx, (config, function, params, 0))
 
 
+# --- graphs --------------------------------------------------------------------------------------
+
+_NT = _cu.CUgraphNodeType
+
+
+def graph_nodes(graph: int) -> list[int]:
+    """The nodes of a graph (creation order), as handles."""
+    g = _cu.CUgraph(graph)
+    count = check(_cu.cuGraphGetNodes(g, 0), "cuGraphGetNodes")[1]
+    nodes = check(_cu.cuGraphGetNodes(g, count), "cuGraphGetNodes")[0]
+    return [int(n) for n in nodes[:count]]
+
+
+def node_kind(node: int) -> str:
+    """``"kernel"``, ``"memcpy"``, ``"memset"``, or the lowercase name of another node type."""
+    kind = check(_cu.cuGraphNodeGetType(_cu.CUgraphNode(node)), "cuGraphNodeGetType")
+    return str(_NT(kind).name).removeprefix("CU_GRAPH_NODE_TYPE_").lower()
+
+
+def kernel_node(node: int) -> tuple[int, tuple[int, int, int], tuple[int, int, int], int, int, int]:
+    """``(function, grid, block, shared_mem, params, context)`` of a kernel node; ``params`` is the
+    address of its ``void*`` array of argument pointers (the driver's copy)."""
+    p = check(_cu.cuGraphKernelNodeGetParams(_cu.CUgraphNode(node)), "cuGraphKernelNodeGetParams")
+    return (int(p.func), (p.gridDimX, p.gridDimY, p.gridDimZ), (p.blockDimX, p.blockDimY, p.blockDimZ),
+            int(p.sharedMemBytes), int(p.kernelParams), int(p.ctx))  # fmt: skip
+
+
+def function_params(function: int) -> list[tuple[int, int]] | None:
+    """``(offset, size)`` of each parameter of any function (``cuFuncGetParamInfo``, CUDA 12.4+);
+    None where the driver cannot tell."""
+    out: list[tuple[int, int]] = []
+    f = _cu.CUfunction(function)
+    while True:
+        result = _cu.cuFuncGetParamInfo(f, len(out))
+        if result[0] != SUCCESS:
+            return out if result[0] == CUresult.CUDA_ERROR_INVALID_VALUE else None
+        out.append((int(result[1]), int(result[2])))
+
+
+def copy_node(node: int) -> tuple[int, ...]:
+    """What a memcpy or memset node reads and writes: addresses and sizes, as ints."""
+    n = _cu.CUgraphNode(node)
+    if node_kind(node) == "memset":
+        p = check(_cu.cuGraphMemsetNodeGetParams(n), "cuGraphMemsetNodeGetParams")
+        return (int(p.dst), p.pitch, p.value, p.elementSize, p.width, p.height)
+    p = check(_cu.cuGraphMemcpyNodeGetParams(n), "cuGraphMemcpyNodeGetParams")
+    return (int(p.srcDevice), int(p.dstDevice), int(p.srcHost or 0), int(p.dstHost or 0), p.WidthInBytes, p.Height,
+            p.Depth, p.srcPitch, p.dstPitch)  # fmt: skip
+
+
+def set_kernel_node_params(exec_: int, node: int, function: int, grid: tuple, block: tuple, shared_mem: int,
+                           params: int, context: int) -> None:  # fmt: skip
+    """``cuGraphExecKernelNodeSetParams``: the node's arguments in an instantiated graph, from the
+    ``void*`` array at ``params`` (copied by the driver before it returns)."""
+    p = _cu.CUDA_KERNEL_NODE_PARAMS()
+    p.func = _cu.CUfunction(function)
+    p.gridDimX, p.gridDimY, p.gridDimZ = grid
+    p.blockDimX, p.blockDimY, p.blockDimZ = block
+    p.sharedMemBytes = shared_mem
+    p.kernelParams = params
+    p.ctx = _cu.CUcontext(context)
+    check(_cu.cuGraphExecKernelNodeSetParams(_cu.CUgraphExec(exec_), _cu.CUgraphNode(node), p),
+          "cuGraphExecKernelNodeSetParams")  # fmt: skip
+
+
+def graph_launch(exec_: int, stream: int) -> None:
+    check(_cu.cuGraphLaunch(_cu.CUgraphExec(exec_), _cu.CUstream(stream)), "cuGraphLaunch")
+
+
+def graph_entry_points() -> tuple[int, int]:
+    """The addresses of ``cuGraphExecKernelNodeSetParams`` (the v2 parameter struct of CUDA 12+)
+    and ``cuGraphLaunch``, which the compiled replay calls directly."""
+    init()
+    flags = _cu.CUdriverProcAddress_flags.CU_GET_PROC_ADDRESS_DEFAULT
+    found = []
+    for name in ("cuGraphExecKernelNodeSetParams", "cuGraphLaunch"):
+        address = check(_cu.cuGetProcAddress(name.encode(), 12000, flags), f"cuGetProcAddress({name!r})")
+        found.append(int(address[0] if isinstance(address, tuple) else address))
+    return found[0], found[1]
+
+
 # --- tensor maps --------------------------------------------------------------------------------
 
 

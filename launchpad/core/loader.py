@@ -25,7 +25,7 @@ from . import driver as _driver
 from .binary import CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES, arch_runs_on, image_arch
 from .spec import KernelSpec
 
-__all__ = ["LoadedModule", "Loader"]
+__all__ = ["LoadedModule", "Loader", "loaded_function"]
 
 # The fields of an entry tuple, by index (the compiled executor reads the same positions): the
 # function (cuda.bindings), its limits, its address, the driver's launch entry points and the
@@ -45,16 +45,28 @@ _IMAGE_ERRORS = frozenset({
 
 
 class LoadedModule:
-    """A module loaded into one device, unloaded when the last reference to this object goes."""
+    """A module loaded into one device, unloaded when the last reference to this object goes;
+    ``spec`` is the kernel whose function it holds."""
 
-    __slots__ = ("__weakref__", "device", "function", "handle")
+    __slots__ = ("__weakref__", "device", "function", "handle", "spec")
 
     def __init__(self, handle: Any, function: Any, device: int, release: Callable[[Any, int], None] | None = None):
         self.handle = handle
         self.function = function
         self.device = device
+        self.spec: KernelSpec | None = None  # set with the loader's entry
         finalizer = weakref.finalize(self, release or _unload, handle, device)
         finalizer.atexit = False  # the driver may be gone at exit; the process frees it all
+
+
+#: Every function launchpad has loaded and not yet unloaded, by its address: what a recorded
+#: sequence (:mod:`launchpad.launch.sequence`) reads its captured kernel nodes with.
+_FUNCTIONS: weakref.WeakValueDictionary[int, LoadedModule] = weakref.WeakValueDictionary()
+
+
+def loaded_function(address: int) -> LoadedModule | None:
+    """The module of a function launchpad loaded (its spec, keeping it loaded), or None."""
+    return _FUNCTIONS.get(address)
 
 
 def _unload(handle: Any, device: int) -> None:
@@ -109,6 +121,8 @@ class Loader:
 
     def _set_entry(self, device: int, module: LoadedModule, max_threads: int, limit: int) -> tuple:
         launch, launch_ex, ctx_get_device = _driver.launch_entry_points()
+        module.spec = self.spec
+        _FUNCTIONS[int(module.function)] = module
         entry = (module.function, max_threads, limit, int(module.function), launch, launch_ex, ctx_get_device, module)
         self.entries[device] = entry
         return entry

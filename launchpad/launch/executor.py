@@ -30,7 +30,7 @@ from . import hooks as _hooks
 from . import memory as _memory
 from . import pylaunch as _pylaunch
 
-__all__ = ["Devices", "Executor", "build", "launch_path", "plan_ops"]
+__all__ = ["Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_ops", "slot_kind"]
 
 # Slot kinds and operation kinds, as claunch.h numbers them.
 SK_POINTER, SK_INT, SK_UINT, SK_BOOL, SK_F16, SK_BF16, SK_F32, SK_F64, SK_BYTES, SK_UNTYPED = range(10)
@@ -87,22 +87,25 @@ def _torch_dtype(name: str) -> torch.dtype | None:
     return getattr(torch, name, None) if name else None
 
 
-def _slot(param: Param) -> tuple[int, int, int]:
-    """``(offset, size, slot kind)`` of a parameter, from its type word."""
+def slot_kind(param: Param) -> int:
+    """How the compiled module packs a parameter (its ``enum SlotKind``), from its type word."""
     kind = param.kind
     if kind == "pointer":
-        sk = SK_POINTER
-    elif kind == "bytes":
-        sk = SK_BYTES
-    elif kind == "untyped":
-        sk = SK_UNTYPED
-    elif kind == "bool":
-        sk = SK_BOOL
-    elif kind == "float":
-        sk = _FLOAT_KINDS[str(param.type)]
-    else:
-        sk = SK_UINT if str(param.type).startswith("u") else SK_INT
-    return (param.offset, param.size, sk)
+        return SK_POINTER
+    if kind == "bytes":
+        return SK_BYTES
+    if kind == "untyped":
+        return SK_UNTYPED
+    if kind == "bool":
+        return SK_BOOL
+    if kind == "float":
+        return _FLOAT_KINDS[str(param.type)]
+    return SK_UINT if str(param.type).startswith("u") else SK_INT
+
+
+def _slot(param: Param) -> tuple[int, int, int]:
+    """``(offset, size, slot kind)`` of a parameter."""
+    return (param.offset, param.size, slot_kind(param))
 
 
 def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:

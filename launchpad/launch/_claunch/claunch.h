@@ -196,6 +196,7 @@ extern PyTypeObject Launcher_Type;
 extern PyTypeObject Configured_Type;
 extern PyTypeObject Bound_Type;
 extern PyTypeObject Dispatcher_Type;
+extern PyTypeObject Replay_Type;
 
 /* One launch's state: everything read from the entry and the arguments. */
 typedef struct {
@@ -221,6 +222,13 @@ enum { LP_OK = 0, LP_FALLBACK = 1 };
 int lp_run_op(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs);
 /* values.c: a torch tensor read through the DLPack API (LP_OK and *out filled, or LP_FALLBACK). */
 int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out);
+/* values.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch), and its DLPack
+ * dtype word (code | bits << 8 | lanes << 16). */
+int lp_on_device(const DLTensor *t, int device);
+uint32_t lp_dtype_word(const DLTensor *t);
+/* values.c: a scalar into a slot's bytes at ``at`` as a launch packs it (LP_OK or LP_FALLBACK;
+ * never raises); pointer and bytes slots are not scalars (LP_FALLBACK). */
+int lp_pack_scalar(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of);
 /* values.c: a Python int in [lo, hi] (exact int only; bools refused). */
 int lp_small_int(PyObject *obj, long lo, long hi, long *out);
 

@@ -84,7 +84,7 @@ static int module_exec(PyObject *m) {
     if (lp_str_stream == NULL && (lp_str_stream = PyUnicode_InternFromString("stream")) == NULL) return -1;
     if (lp_str_shared_mem == NULL && (lp_str_shared_mem = PyUnicode_InternFromString("shared_mem")) == NULL) return -1;
     if (lp_str_calls == NULL && (lp_str_calls = PyUnicode_InternFromString("calls")) == NULL) return -1;
-    PyTypeObject *types[] = {&Launcher_Type, &Configured_Type, &Bound_Type, &Dispatcher_Type};
+    PyTypeObject *types[] = {&Launcher_Type, &Configured_Type, &Bound_Type, &Dispatcher_Type, &Replay_Type};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         if (PyType_Ready(types[i]) < 0) return -1;
         const char *name = strrchr(types[i]->tp_name, '.') + 1;

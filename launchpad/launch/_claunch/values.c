@@ -55,12 +55,12 @@ int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObjec
 
 /* Whether a tensor lives where the launch runs: on the launch device, or on the CPU when the
  * device is -1 (torch's get_device() of a CPU tensor: what CPU tests launch on). */
-static int on_device(const DLTensor *t, int device) {
+int lp_on_device(const DLTensor *t, int device) {
     if (device < 0) return t->device.device_type == kDLCPU;
     return t->device.device_type == kDLCUDA && t->device.device_id == device;
 }
 
-static uint32_t dtype_word(const DLTensor *t) {
+uint32_t lp_dtype_word(const DLTensor *t) {
     return (uint32_t)t->dtype.code | (uint32_t)t->dtype.bits << 8 | (uint32_t)t->dtype.lanes << 16;
 }
 
@@ -126,8 +126,8 @@ static int pack_pointer(Launch *L, char *at, PyObject *obj, uint32_t dtype, int6
         if (address == (uint64_t)-1 && PyErr_Occurred()) return fallback_clearing();
     } else {
         DLTensor t;
-        if (lp_read_tensor(L->self->api, L->self->tensor_types, obj, &t) != LP_OK || !on_device(&t, L->device)) return LP_FALLBACK;
-        if (dtype && dtype_word(&t) != dtype) return LP_FALLBACK;
+        if (lp_read_tensor(L->self->api, L->self->tensor_types, obj, &t) != LP_OK || !lp_on_device(&t, L->device)) return LP_FALLBACK;
+        if (dtype && lp_dtype_word(&t) != dtype) return LP_FALLBACK;
         address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
     }
     if (align && address % (uint64_t)align) return LP_FALLBACK;
@@ -294,8 +294,8 @@ static int run_scratch(Launch *L, const Op *op) {
 /* Numba's array ABI from a tensor: meminfo, parent, nitems, itemsize, data, shape, byte strides. */
 static int run_numba_array(Launch *L, const Op *op, PyObject *value) {
     DLTensor t;
-    if (lp_read_tensor(L->self->api, L->self->tensor_types, value, &t) != LP_OK || !on_device(&t, L->device)) return LP_FALLBACK;
-    if (dtype_word(&t) != op->dtype || t.ndim != op->ndim) return LP_FALLBACK;
+    if (lp_read_tensor(L->self->api, L->self->tensor_types, value, &t) != LP_OK || !lp_on_device(&t, L->device)) return LP_FALLBACK;
+    if (lp_dtype_word(&t) != op->dtype || t.ndim != op->ndim) return LP_FALLBACK;
     int64_t nitems = 1, expected = 1, strides[32];
     if (t.ndim > 32) return LP_FALLBACK;
     for (int d = t.ndim - 1; d >= 0; d--) {  /* no strides: compact row-major */
@@ -365,4 +365,15 @@ int lp_run_op(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs) 
     default:
         return LP_FALLBACK;
     }
+}
+
+int lp_pack_scalar(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of) {
+    if (slot->kind == SK_POINTER || slot->kind == SK_BYTES) return LP_FALLBACK;  /* scalars only: no launch */
+    if (!PyLong_Check(obj) && !PyFloat_Check(obj)) return LP_FALLBACK;  /* numbers only: no tensor read */
+    Slot here = *slot;
+    here.offset = 0;
+    Launch L;
+    memset(&L, 0, sizeof L);
+    L.buffer = at;
+    return pack_slot(&L, &here, obj, 0, 0, multiple_of);
 }
