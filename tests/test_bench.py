@@ -223,8 +223,9 @@ def test_describe_keeps_the_first_lines_of_a_compiler_log():
 
 
 def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float] | None = None,
-                compile_s: dict[str, float] | None = None, missing: dict[str, str] | None = None) -> dict:  # fmt: skip
-    """A report with the given medians (ns for launches, s for compile times)."""
+                compile_s: dict[str, float] | None = None, missing: dict[str, str] | None = None,
+                sequence: dict[str, float] | None = None) -> dict:  # fmt: skip
+    """A report with the given medians (ns for launches and per kernel of a sequence, s for compile times)."""
     groups = {
         k: ("floor" if k == "c_floor" else "launchpad" if k.startswith("lp_") else "peer")
         for k in launchers.LAUNCH_KEYS
@@ -241,6 +242,10 @@ def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float
         report["sweep"] = {"ks": [32], "results": {
             k: {"key": k, "label": k, "group": groups[k], "per_k": {"32": _record(k, [v])}} for k, v in sweep32.items()
         }}  # fmt: skip
+    if sequence is not None:
+        results = {k: _record(k, [v], "floor" if k == "c_floor" else "launchpad") for k, v in sequence.items()}
+        harness.add_ratios(results, "c_floor")
+        report["sequence"] = {"floor": "c_floor", "kernels": 20, "updated": [1, 4, 20], "results": results}
     if compile_s is not None:
         report["compile"] = {
             k: {"label": k, "status": "ok", "stats": harness.summarize([v])} for k, v in compile_s.items()
@@ -266,6 +271,7 @@ def test_targets_pass_on_good_figures():
         GOOD_LAUNCH,
         sweep32={"c_floor": 8100, "lp_triton": 15000, "triton_bare": 23000},
         compile_s={"nvrtc_small": 0.07, "cache_hit": 0.012, "import_launchpad": 0.05},
+        sequence=GOOD_SEQUENCE,
     )
     results = targets.evaluate(report)
     assert [t.status for t in results] == ["PASS"] * len(targets.TARGETS), results
@@ -274,6 +280,22 @@ def test_targets_pass_on_good_figures():
         "1.057x floor (limit 1.10x); 1.14x faster than triton_bare; 1.04x faster than cuda_core; "
         "1.08x faster than torch_static; 1.10x faster than tvm_ffi"
     )
+
+
+GOOD_SEQUENCE = {"c_floor": 3600, "seq_one_by_one": 4300, "seq_torch_graph": 2100, "seq_plain": 1100,
+                 "seq_new_1": 1200, "seq_new_4": 1250, "seq_new_20": 1500}  # ns per kernel  # fmt: skip
+
+
+def test_the_sequence_target():
+    t = by_prefix(make_report(sequence=GOOD_SEQUENCE), "recorded sequence")
+    assert t.status == "PASS" and t.measured == (
+        "0.417x of 20 floor launches (limit 0.45x); 2.87x faster than the launches one by one (needs 2.5x); 1.40x "
+        "faster than torch's CUDAGraph after copy_"
+    )
+    for slower in ({"seq_new_20": 1650}, {"seq_one_by_one": 3700}, {"seq_torch_graph": 1450}):
+        assert by_prefix(make_report(sequence=dict(GOOD_SEQUENCE, **slower)), "recorded sequence").status == "FAIL"
+    missing = make_report(sequence={k: v for k, v in GOOD_SEQUENCE.items() if k != "seq_torch_graph"})
+    assert by_prefix(missing, "recorded sequence").status == "N/A"
 
 
 def test_targets_fail_on_each_bound():

@@ -79,7 +79,8 @@ def write_json(path: Path, report: dict[str, Any]) -> Path:
 
 
 def write_png(path: Path, report: dict[str, Any]) -> Path:
-    """Per-launch time per launcher (bar: median, whiskers: p10-p90) and the argument sweep (lines).
+    """Per-launch time per launcher (bar: median, whiskers: p10-p90), the argument sweep (lines) and
+    the recorded sequences' cost per kernel against the nodes a replay updates.
 
     Uses matplotlib's object API with the Agg canvas: no global backend, no display needed.
     """
@@ -92,7 +93,10 @@ def write_png(path: Path, report: dict[str, Any]) -> Path:
     has_sweep = any(
         v.get("stats", {}).get("n") for r in sweep.get("results", {}).values() for v in r.get("per_k", {}).values()
     )
-    panels = int(bool(measured)) + int(has_sweep)
+    seq = report.get("sequence", {})
+    seq_results = seq.get("results", {})
+    has_seq = any(median_of(seq_results.get(f"seq_new_{n}")) for n in seq.get("updated", ()))
+    panels = int(bool(measured)) + int(has_sweep) + int(has_seq)
     fig = Figure(figsize=(7 * max(panels, 1), max(4.0, 0.38 * len(measured) + 1.5)), layout="constrained")
     gpu = report.get("versions", {}).get("gpu") or "no GPU"
     fig.suptitle(f"launchpad launch overhead ({gpu})")
@@ -131,6 +135,23 @@ def write_png(path: Path, report: dict[str, Any]) -> Path:
         ax.set_ylabel("us per launch (median)")
         ax.set_ylim(bottom=0)
         ax.legend(fontsize=8)
+        ax.grid(True, alpha=0.3)
+    if has_seq:
+        ax = fig.add_subplot(1, panels, panels)
+        points = [(n, median_of(seq_results.get(f"seq_new_{n}"))) for n in seq["updated"]]
+        ns = [n for n, value in points if value]
+        ax.plot(ns, [value / 1000 for _, value in points if value], marker="o", color="#d62728",
+                label="launchpad.record, new inputs")  # fmt: skip
+        for key, style in (("c_floor", "#555555"), ("seq_one_by_one", "#ff7f0e"), ("seq_torch_graph", "#1f77b4"),
+                           ("seq_plain", "#2ca02c")):  # fmt: skip
+            value = median_of(seq_results.get(key))
+            if value:
+                ax.axhline(value / 1000, color=style, linestyle="--", linewidth=1, label=seq_results[key]["label"])
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.set_xlabel(f"nodes a replay updates (of {seq.get('kernels', 20)})")
+        ax.set_ylabel("us per kernel (median)")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
         ax.grid(True, alpha=0.3)
     if not panels:
         fig.text(0.5, 0.5, "no launch measurements in this run", ha="center", va="center")

@@ -2,7 +2,8 @@
 
 Sections: ``compile`` (compile and load times), ``import`` (import time, fresh processes),
 ``launch`` (launch overhead of every launcher, and end to end), ``sweep`` (per-launch cost
-against the number of pointer arguments). The last two need a GPU.
+against the number of pointer arguments), ``sequence`` (recorded sequences against their anchors,
+:mod:`launchpad.bench.sequences`). The last three need a GPU.
 
 Results go to ``<out>/latest.json`` (versions, configuration and every sample),
 ``latest.md`` (tables for the README) and ``latest.png`` (chart); tables and the targets'
@@ -29,8 +30,8 @@ from .report import LAUNCH_HEADER, format_table, launch_rows, markdown_table, ra
 from .targets import evaluate
 
 SCHEMA = "launchpad.bench/1"
-SECTIONS = ("compile", "import", "launch", "sweep")
-GPU_SECTIONS = ("launch", "sweep")
+SECTIONS = ("compile", "import", "launch", "sweep", "sequence")
+GPU_SECTIONS = ("launch", "sweep", "sequence")
 
 
 def default_out() -> Path:
@@ -54,6 +55,8 @@ class Config:
     sweep_ks: tuple[int, ...] = (1, 3, 4, 8, 16, 32)
     sweep_rounds: int = 60
     sweep_batch: int = 200
+    sequence_rounds: int = 60
+    sequence_batch: int = 50  # steps (of 20 kernels) per batch
     compile_repeats: int = 5
     fresh_repeats: int = 5  # fresh processes for the import and cache-hit times
     load_inline: bool = False
@@ -66,6 +69,7 @@ class Config:
             c.rounds, c.warmup, c.e2e_launches, c.e2e_repeats = 30, 100, 1000, 3
             c.sweep_ks, c.sweep_rounds, c.sweep_batch = (1, 3, 16, 32), 15, 100
             c.compile_repeats, c.fresh_repeats = 2, 2
+            c.sequence_rounds, c.sequence_batch = 25, 20
         if rounds is not None:
             c.rounds = c.sweep_rounds = max(1, rounds)
         if batch is not None:
@@ -91,8 +95,8 @@ def parse_only(tokens: Sequence[str], launcher_keys: Sequence[str]) -> tuple[set
             f"unknown name{'s' if len(unknown) > 1 else ''} in --only: {', '.join(unknown)}\n"
             f"  sections: {', '.join(SECTIONS)}\n  launchers: {', '.join(launcher_keys)}"
         )
-    if not sections:
-        sections = set(GPU_SECTIONS) if patterns else set(SECTIONS)
+    if not sections:  # launcher names select among the launch and sweep launchers
+        sections = {"launch", "sweep"} if patterns else set(SECTIONS)
     return sections, patterns
 
 
@@ -172,6 +176,28 @@ def sweep_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[
         "floor": "c_floor",
         "kernel": f"p0[i] = 1 + p1[i] + ... + p(k-1)[i], {SWEEP_N} floats, grid 1, block {SWEEP_N}: k pointers and an int",
         "results": merged,
+    }
+
+
+def sequence_section(ctx: Any, cfg: Config, log: Callable[[str], None]) -> dict[str, Any]:
+    import torch
+
+    from .sequences import KERNELS, UPDATED, sequence_entries
+
+    sync = torch.cuda.synchronize
+    log(f"recorded sequences: a step of {KERNELS} kernels, 2 new tensors and 1 new scalar each")
+    launchers, results = set_up(sequence_entries(), ctx, sync=sync, log=log)
+    samples, errors = measure(launchers, rounds=cfg.sequence_rounds, batch=cfg.sequence_batch,
+                              warmup=cfg.sequence_batch, sync=sync)  # fmt: skip
+    for lc in launchers:
+        record_samples(results[lc.key], samples[lc.key], errors.get(lc.key))
+    add_ratios(results, "c_floor")
+    return {
+        "floor": "c_floor",
+        "kernels": KERNELS,
+        "updated": list(UPDATED),
+        "kernel": f"out[j][i] = a * x[i] + y[i], 1024 floats, grid 1, block 1024, {KERNELS} kernels a step",
+        "results": results,
     }
 
 
@@ -271,11 +297,18 @@ def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool)
             + table(*sweep_table(sweep))
             + ("\n\nnot measured: " + "; ".join(notes) if notes else "")
         )
+    seq = report.get("sequence")
+    if seq and "results" in seq:
+        parts.append(
+            f"{head}Recorded sequences\n\n{seq['kernel']}; each figure is per kernel (a step's time / "
+            f"{seq['kernels']}), its ratio to one C-floor launch of the same run.\n\n"
+            + table(["launcher", "us per kernel", "p10-p90", "x floor"], [r[:4] for r in launch_rows(seq["results"])])
+        )
     comp = report.get("compile")
     if comp and "error" not in comp:
         parts.append(f"{head}Compile, load and import times\n\n" + table(*compile_table(comp)))
     parts.append(f"{head}Targets\n\n" + table(*targets_table(report["targets"]), align="lll"))
-    for name in ("compile", "launch", "sweep"):
+    for name in ("compile", "launch", "sweep", "sequence"):
         error = (report.get(name) or {}).get("error")
         if error:
             parts.append(f"{head}{name}: failed\n\n{error}")
@@ -367,6 +400,8 @@ def run(
                 section("launch", lambda: launch_section(ctx, cfg, patterns, log))
             if "sweep" in sections:
                 section("sweep", lambda: sweep_section(ctx, cfg, patterns, log))
+            if "sequence" in sections:
+                section("sequence", lambda: sequence_section(ctx, cfg, log))
     report["targets"] = [t.to_json() for t in evaluate(report)]
     report.setdefault("elapsed_s", {})["total"] = round(time.perf_counter() - started, 2)
 

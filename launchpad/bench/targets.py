@@ -143,6 +143,28 @@ def _time_limit(key: str, limit_s: float) -> Callable[[dict[str, Any]], tuple[st
     return evaluate_one
 
 
+def _sequence_target(limit: float, factor: float) -> Callable[[dict[str, Any]], tuple[str, str, str]]:
+    """A replay with new inputs in every node: within ``limit`` of the floor per kernel, ``factor``
+    times faster than the launches one by one, faster than torch's graph after copies."""
+
+    def evaluate_one(report: dict[str, Any]) -> tuple[str, str, str]:
+        results = report.get("sequence", {}).get("results", {})
+        kernels = report.get("sequence", {}).get("kernels", 20)
+        record = results.get(f"seq_new_{kernels}")
+        if record is not None and record.get("status") in ("error", "missing"):
+            raise _Failed(f"{record.get('label')} failed: {record.get('reason', '')}")
+        value, _ = _median(record, f"seq_new_{kernels}", "sequence")
+        floor, _ = _median(results.get("c_floor"), "c_floor", "sequence")
+        one, _ = _median(results.get("seq_one_by_one"), "seq_one_by_one", "sequence")
+        graph, _ = _median(results.get("seq_torch_graph"), "seq_torch_graph", "sequence")
+        ok = value / floor <= limit and one / value >= factor and value < graph
+        return _verdict(ok), (f"{value / floor:.3f}x of {kernels} floor launches (limit {limit:.2f}x); "
+                              f"{one / value:.2f}x faster than the launches one by one (needs {factor:g}x); "
+                              f"{graph / value:.2f}x faster than torch's CUDAGraph after copy_"), ""  # fmt: skip
+
+    return evaluate_one
+
+
 _PEERS = ("triton_bare", "cuda_core", "torch_static", "tvm_ffi")
 
 #: (name, evaluation) of every target, in the order the report prints them.
@@ -162,6 +184,8 @@ TARGETS: list[tuple[str, Callable[[dict[str, Any]], tuple[str, str, str]]]] = [
     ("NVRTC compile of a small kernel: <= 0.15 s", _time_limit("nvrtc_small", 0.15)),
     ("disk-cache hit in a fresh process: <= 20 ms", _time_limit("cache_hit", 0.020)),
     ("import launchpad on top of torch: <= 0.15 s", _time_limit("import_launchpad", 0.15)),
+    ("recorded sequence of 20 kernels, 2 new tensors and 1 new scalar: <= 0.45x of 20 floor launches, >= 2.5x "
+     "faster than the 20 launches, faster than torch's CUDAGraph after copy_", _sequence_target(0.45, 2.5)),
 ]  # fmt: skip
 
 
