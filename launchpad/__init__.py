@@ -41,7 +41,7 @@ from .frontends.numba import args as _numba_args  # noqa: F401
 from .frontends.triton import hooks as _triton_hooks  # noqa: F401
 from .frontends.triton import tensordesc as _tensordesc  # noqa: F401
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Param, Arg and LaunchPlan (the parts of a KernelSpec) stay importable from here; the names
 # below are what a user calls or catches.
