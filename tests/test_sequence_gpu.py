@@ -13,6 +13,22 @@ import launchpad as lp
 
 pytestmark = pytest.mark.gpu
 
+try:
+    import triton
+    import triton.language as tl
+except ImportError:  # the Triton tests skip
+    triton = None
+else:
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 256}, num_warps=2), triton.Config({"BLOCK": 1024}, num_warps=4)],
+                     key=["n"])  # fmt: skip
+    @triton.jit
+    def tuned_scale(x_ptr, out_ptr, s, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * s, mask=mask)
+
+
 SOURCE = r"""
 extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -138,3 +154,22 @@ def test_a_replay_beside_another_streams_work_and_after_close(cpp):
         torch.testing.assert_close(a_out, x * y, rtol=0, atol=0)
     busy.synchronize()
     del tmp
+
+
+def test_an_autotuned_triton_kernel_once_tuned():
+    """``@triton.autotune`` through ``triton_launcher``: the warm-up tunes (outside the capture);
+    the recorded graph holds the chosen config, replayed with new inputs."""
+    if triton is None:
+        pytest.skip("Triton is not installed")
+    launcher = lp.triton_launcher(tuned_scale)
+    out = torch.empty(N, device="cuda")
+
+    def fn(x, s):
+        launcher[lambda meta: (triton.cdiv(N, meta["BLOCK"]),)](x, out, s, N)
+
+    seq = lp.record(fn, torch.randn(N, device="cuda"), 2.0)
+    assert launcher.best_config is not None and len(launcher.cache) == 1
+    for _ in range(10):
+        x, s = torch.randn(N, device="cuda"), float(torch.randn(()).item())
+        seq(x, s)
+        torch.testing.assert_close(out, x * s, rtol=1e-6, atol=1e-6)
