@@ -10,6 +10,7 @@ format per kernel, computed once, with ``x`` pad bytes between parameters.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -21,6 +22,7 @@ __all__ = [
     "Param",
     "apply_signature",
     "layout_from_signature",
+    "parameter_block",
     "parse_signature",
     "struct_format",
     "type_size",
@@ -137,6 +139,22 @@ def struct_format(params: list[Param] | tuple[Param, ...]) -> tuple[str, int]:
         fmt.append(p.code)
         pos = p.offset + p.size
     return "".join(fmt), pos
+
+
+def parameter_block(params: Sequence[Param], size: int) -> tuple[bytearray, ctypes.Array]:
+    """A zeroed buffer of ``size`` bytes for a kernel's parameters, and the array of each
+    parameter's address in it: what ``cuLaunchKernel`` and graph kernel nodes take.
+
+    The buffer is a ``bytearray`` because ``struct.pack_into`` writes one far more cheaply than a
+    ctypes array. A ctypes view pins it (an exported bytearray cannot be resized, so the addresses
+    stay valid); the address array holds that view, so keeping the array keeps both.
+    """
+    buffer = bytearray(max(size, 1))
+    view = (ctypes.c_char * len(buffer)).from_buffer(buffer)
+    base = ctypes.addressof(view)
+    pointers = (ctypes.c_void_p * max(len(params), 1))(*[base + p.offset for p in params])
+    pointers._pinned = view  # type: ignore[attr-defined]
+    return buffer, pointers
 
 
 # --- signatures ---------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "pointer_of",
     "same_value",
     "stream_of",
+    "wrapped_int",
 ]
 
 NO_CUDA = "this torch build has no CUDA support; launching needs a CUDA build of torch and a GPU"
@@ -197,6 +198,16 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int, stream: int) 
     return pointer_of(ctx, arg, value, device, stream, None)
 
 
+def wrapped_int(param: Param, number: int) -> tuple[int, bool]:
+    """``number``'s low bits as int parameter ``param`` reads them, and whether ``number`` fits
+    those bits as a value of either signedness (``[-2**(bits-1), 2**bits)``)."""
+    bits = 8 * param.size
+    low = number & ((1 << bits) - 1)
+    if not str(param.type).startswith("u") and low >= 1 << (bits - 1):
+        low -= 1 << bits
+    return low, -(1 << (bits - 1)) <= number < 1 << bits
+
+
 def int_bits(ctx: Context, arg: Arg, value: Any) -> Any:
     """An int for an int parameter that takes any value whose bits fit it, signed or unsigned (an
     ``Arg`` with ``options["wrap"]``: Numba passes ints through a C conversion, so ``0xFFFFFFFF``
@@ -210,12 +221,10 @@ def int_bits(ctx: Context, arg: Arg, value: Any) -> Any:
     except TypeError:
         return value
     param = ctx.params[arg.param]
-    bits, signed = 8 * param.size, not str(param.type).startswith("u")
-    low = number & ((1 << bits) - 1)
-    if signed and low >= 1 << (bits - 1):
-        low -= 1 << bits
-    if -(1 << (bits - 1)) <= number < 1 << bits:
+    low, fits = wrapped_int(param, number)
+    if fits:
         return low
+    bits = 8 * param.size
     raise ctx.error(
         arg, f"{number} does not fit in {bits} bits (this parameter takes [{-(1 << (bits - 1))}, {1 << bits}): a "
         f"{param.type} or the same bits as the other signedness); Numba's dispatcher would silently pass its low {bits} "

@@ -38,7 +38,7 @@ import torch
 
 from ..core import driver as _driver
 from ..core.loader import E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT
-from ..core.params import POINTER_DTYPES, Param, struct_format
+from ..core.params import POINTER_DTYPES, Param, parameter_block, struct_format
 from ..core.spec import Arg, KernelSpec
 from ..errors import ArgumentTypeError, CudaError
 from . import checks as _checks
@@ -107,14 +107,9 @@ def build(spec: KernelSpec, runtime: Any, devices: Any) -> PythonLaunch:
     param_count = len(spec.params)
 
     def new_state() -> tuple[Any, int]:
-        # A bytearray, not a ctypes array: struct.pack_into gets a bytearray's buffer far more
-        # cheaply. The ctypes view pins it (no resize, so its address is stable). One per thread:
-        # threads never share a mutable argument buffer.
-        buf = bytearray(max(size, 1))
-        view = (ctypes.c_char * len(buf)).from_buffer(buf)
-        base = ctypes.addressof(view)
-        pointers = (ctypes.c_void_p * max(param_count, 1))(*[base + p.offset for p in spec.params])
-        tls.keep = (view, pointers)
+        # One per thread: threads never share a mutable argument buffer.
+        buf, pointers = parameter_block(spec.params, size)
+        tls.keep = pointers
         tls.state = (buf, ctypes.addressof(pointers) if param_count else 0)
         return tls.state
 

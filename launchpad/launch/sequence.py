@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ..core import driver as _driver
+from ..core.params import parameter_block
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError, RecordError
 from . import checks as _checks
 from . import executor as _executor
@@ -130,8 +131,7 @@ class _NodeState:
     shared_mem: int
     context: int
     buffer: bytearray
-    pointers: Any  # ctypes array of the parameters' addresses in ``buffer``
-    view: Any  # the ctypes view that pins ``buffer``
+    pointers: Any  # ctypes array of the parameters' addresses in ``buffer`` (it pins ``buffer``)
     name: str
 
 
@@ -164,14 +164,11 @@ class Sequence:
         node = self._plan.nodes[index]
         spec = node.spec
         assert spec is not None and node.params is not None
-        buffer = bytearray(max(spec.param_bytes, 1))
+        buffer, pointers = parameter_block(spec.params, spec.param_bytes)
         for param, data in zip(spec.params, node.params):
             buffer[param.offset : param.offset + param.size] = data
-        view = (ctypes.c_char * len(buffer)).from_buffer(buffer)
-        base = ctypes.addressof(view)
-        pointers = (ctypes.c_void_p * max(len(spec.params), 1))(*[base + p.offset for p in spec.params])
         return _NodeState(index, node.handle, node.function, node.grid, node.block, node.shared_mem, node.context,
-                          buffer, pointers, view, spec.display_name)  # fmt: skip
+                          buffer, pointers, spec.display_name)  # fmt: skip
 
     def __repr__(self) -> str:
         return f"<launchpad.Sequence of {self.nodes} nodes, inputs {', '.join(self.inputs)}>"
@@ -303,12 +300,10 @@ class Sequence:
 
     def _scalar(self, name: str, use: Use, value: Any) -> tuple[_NodeState, int, bytes]:
         param = use.param
-        if use.wrap and isinstance(value, int) and param.kind == "int":
-            bits = 8 * param.size
-            if -(1 << (bits - 1)) <= value < 1 << bits:
-                value &= (1 << bits) - 1
-                if not str(param.type).startswith("u") and value >= 1 << (bits - 1):
-                    value -= 1 << bits
+        if use.wrap and isinstance(value, int) and param.kind == "int":  # as a launch takes it (checks.int_bits)
+            low, fits = _checks.wrapped_int(param, value)
+            if fits:
+                value = low
         if param.kind in ("int", "bool") and isinstance(value, float):
             raise ArgumentTypeError(f"{self._where(name, use)}: expected an int, got float {value!r}")
         data = encode(param, value)
