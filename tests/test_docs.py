@@ -14,7 +14,7 @@ import torch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
-NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda"}  # pages whose examples need a front end
+NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda", "helion.md": "helion"}  # pages needing a front end
 HAS_GPU = torch.cuda.is_available()
 
 

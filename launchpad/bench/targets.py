@@ -165,6 +165,25 @@ def _sequence_target(limit: float, factor: float) -> Callable[[dict[str, Any]], 
     return evaluate_one
 
 
+def _helion_target(name: str, factor: float) -> Callable[[dict[str, Any]], tuple[str, str, str]]:
+    """``launchpad.helion_kernel(k)(...)`` ``factor`` times faster per call than ``k(...)`` itself."""
+
+    def evaluate_one(report: dict[str, Any]) -> tuple[str, str, str]:
+        section = report.get("helion") or {}
+        if "missing" in section or "groups" not in section:
+            raise _NA(section.get("missing") or "the helion section was not run")
+        results = section["groups"].get(name, {}).get("results", {})
+        record = results.get(f"lp_helion_{name}")
+        if record is not None and record.get("status") in ("error", "missing"):
+            raise _Failed(f"{record.get('label')} failed: {record.get('reason', '')}")
+        ours, _ = _median(record, f"lp_helion_{name}", "helion")
+        theirs, _ = _median(results.get(f"helion_{name}"), f"helion_{name}", "helion")
+        return _verdict(theirs / ours >= factor), (f"{ours / 1000:.1f} us against {theirs / 1000:.1f} us: "
+                                                   f"{theirs / ours:.2f}x fewer (needs {factor:g}x)"), ""  # fmt: skip
+
+    return evaluate_one
+
+
 _PEERS = ("triton_bare", "cuda_core", "torch_static", "tvm_ffi")
 
 #: (name, evaluation) of every target, in the order the report prints them.
@@ -186,6 +205,10 @@ TARGETS: list[tuple[str, Callable[[dict[str, Any]], tuple[str, str, str]]]] = [
     ("import launchpad on top of torch: <= 0.15 s", _time_limit("import_launchpad", 0.15)),
     ("recorded sequence of 20 kernels, 2 new tensors and 1 new scalar: <= 0.45x of 20 floor launches, >= 2.5x "
      "faster than the 20 launches, faster than torch's CUDAGraph after copy_", _sequence_target(0.45, 2.5)),
+    ("Helion's add example (4,096 floats) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion "
+     "kernel called itself", _helion_target("add", 2.0)),
+    ("Helion's matmul example (256^3 fp16) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion "
+     "kernel called itself", _helion_target("matmul", 2.0)),
 ]  # fmt: skip
 
 

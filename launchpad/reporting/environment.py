@@ -17,6 +17,7 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "triton": ("triton",),
     "numba": ("numba",),
     "numba-cuda": ("numba-cuda",),
+    "helion": ("helion",),
     "cuda-core": ("cuda-core",),
     "cuda-bindings": ("cuda-bindings",),
     "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x"),
