@@ -85,9 +85,9 @@ def pointers(*tensors) -> list[bytes]:
     return [struct.pack("<Q", t.data_ptr()) for t in tensors]
 
 
-def configured(example, **config):
-    """A copy of a Helion example with one config (no autotuning), as Helion's docs make them."""
-    return helion.kernel(example.fn, config=helion.Config(**config), static_shapes=example.settings.static_shapes)
+def configured(kernel, **config):
+    """A copy of a Helion kernel with one config (no autotuning), as Helion's docs make them."""
+    return helion.kernel(kernel.fn, config=helion.Config(**config), static_shapes=kernel.settings.static_shapes)
 
 
 # --- the specialization key ----------------------------------------------------------------------
@@ -297,6 +297,30 @@ def test_matmul_epilogue_functions_are_keyed_as_helion_keys_them(env):
     assert len(env.fake.last.params) == 3 + 2
 
 
+@pytest.mark.parametrize("name", ["softmax", "softmax_online", "layer_norm", "layer_norm_no_bias", "attention"])
+def test_the_gpu_tests_kernels_compile_and_launch_their_outputs(env, name):
+    """Each kernel the GPU tests run, with Helion's default config: bound, generated, compiled for
+    sm_90 and launched, its outputs the tensors the launch writes."""
+    half = torch.float16
+    kernel, args = {
+        "softmax": (H.softmax, (torch.randn(64, 256).to(half),)),
+        "softmax_online": (H.softmax_online, (torch.randn(64, 256).to(half),)),
+        "layer_norm": (H.layer_norm, (torch.randn(32, 512).to(half), torch.randn(512).to(half),
+                                      torch.randn(512).to(half), 1e-4)),
+        "layer_norm_no_bias": (H.layer_norm, (torch.randn(32, 512).to(half), torch.randn(512).to(half), None, 1e-4)),
+        "attention": (H.attention, tuple(torch.randn(2, 2, 128, 64).to(half) for _ in range(3))),
+    }[name]  # fmt: skip
+    keep = {k: getattr(kernel.settings, k) for k in ("static_shapes", "dot_precision")}
+    hk = env.wrap(helion.kernel(kernel.fn, **keep, autotune_effort="none"))
+    outs = hk(*args)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    written = set(env.fake.last.params)
+    for out in outs:
+        assert struct.pack("<Q", out.data_ptr()) in written
+    assert outs[0].shape == args[0].shape and outs[0].dtype == half
+    assert env.fake.last.block[0] == 32 * env.options[-1]["num_warps"]
+
+
 def test_a_grid_barrier_launches_a_cooperative_grid(env, monkeypatch):
     """split_k_barrier: hl.barrier() makes Helion launch with launch_cooperative_grid=True, a
     Triton compile option whose metadata launchpad launches as a cooperative grid."""
@@ -304,7 +328,7 @@ def test_a_grid_barrier_launches_a_cooperative_grid(env, monkeypatch):
 
     monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, **_: 132)  # an H100's, on CPU
     hk = env.wrap(configured(H.split_k_matmul, block_sizes=[16, 16, 16, 1, 1], num_warps=4, num_stages=1,
-                             pid_type="persistent_blocked", split_k=64))  # fmt: skip
+                             pid_type="persistent_blocked", splits=64))  # fmt: skip
     a, b = torch.randn(64, 1024), torch.randn(1024, 64)
     out = hk(a, b)
     assert env.options == [{"num_warps": 4, "num_stages": 1, "launch_cooperative_grid": True}]
@@ -361,6 +385,21 @@ def test_threads_launch_their_own_arguments(env):
     assert not errors
     by_x = {struct.unpack("<Q", launch.params[0])[0]: launch.grid for launch in env.fake.launches}
     assert {by_x[x.data_ptr()] for x, _ in inputs} == {(4, 1, 1), (8, 1, 1), (16, 1, 1), (32, 1, 1)}
+
+
+def test_other_launcher_keywords_are_triton_compile_options(env):
+    """What a config adds to the generated call (maxnreg, ptx_options of an advanced-controls
+    file...) compiles into the kernel, as Helion's launcher passes it to JITFunction.run."""
+    hk = env.wrap(configured(H.add, block_sizes=[128], num_warps=4, num_stages=1))
+    x, y = torch.randn(256), torch.randn(256)
+    hk(x, y)
+    jit = next(iter(hk.host_functions.values()))[1].__globals__["_helion_add"]
+    out = torch.empty(256)
+    hk._launcher.launch(jit, (2,), x, y, out, num_warps=2, num_stages=1, maxnreg=128, ptx_options="--verbose")
+    assert env.options[-1] == {"num_warps": 2, "num_stages": 1, "maxnreg": 128, "ptx_options": "--verbose"}
+    kernel = next(k for k in env.kernels() if k.spec.metadata["num_warps"] == 2)
+    assert kernel.spec.metadata["maxnreg"] == 128 and kernel.spec.metadata["ptx_options"] == "--verbose"
+    assert env.fake.last.block == (64, 1, 1) and env.fake.last.params[:3] == pointers(x, y, out)
 
 
 # --- refusals ------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Helion kernels of the Helion benchmarks (imported only when Helion is installed): the add and
-the matmul of Helion's own examples (``examples/add.py``, ``examples/matmul.py`` at its v1.0.0
-tag), each with one fixed config, so that the timings measure calls, not autotuning.
+"""Helion kernels of the Helion benchmarks (imported only when Helion is installed): an add with
+torch's broadcasting and a matmul with an epilogue, the computations of Helion's own ``add`` and
+``matmul`` examples, each with one fixed config, so that the timings measure calls, not tuning.
 """
 
 from __future__ import annotations
@@ -13,27 +13,26 @@ import torch
 
 
 @helion.kernel(config=helion.Config(block_sizes=[1024], num_warps=4, num_stages=1))
-def add(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    x, y = torch.broadcast_tensors(x, y)
-    out = torch.empty(x.shape, dtype=torch.promote_types(x.dtype, y.dtype), device=x.device)
-    for tile in hl.tile(out.size()):
-        out[tile] = x[tile] + y[tile]
-    return out
+def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a, b = torch.broadcast_tensors(a, b)
+    result = torch.empty(a.shape, dtype=torch.promote_types(a.dtype, b.dtype), device=a.device)
+    for block in hl.tile(result.size()):
+        result[block] = a[block] + b[block]
+    return result
 
 
 @helion.kernel(static_shapes=True, config=helion.Config(block_sizes=[64, 64, 32], num_warps=4, num_stages=3))
 def matmul(
-    x: torch.Tensor,
-    y: torch.Tensor,
+    a: torch.Tensor,
+    b: torch.Tensor,
     epilogue: Callable[[torch.Tensor, tuple[torch.Tensor, ...]], torch.Tensor] = lambda acc, tile: acc,
 ) -> torch.Tensor:
-    m, k = x.size()
-    k2, n = y.size()
-    assert k == k2, f"size mismatch {k} != {k2}"
-    out = torch.empty([m, n], dtype=torch.promote_types(x.dtype, y.dtype), device=x.device)
-    for tile_m, tile_n in hl.tile([m, n]):
-        acc = hl.zeros([tile_m, tile_n], dtype=torch.float32)
-        for tile_k in hl.tile(k):
-            acc = torch.addmm(acc, x[tile_m, tile_k], y[tile_k, tile_n])
-        out[tile_m, tile_n] = epilogue(acc, (tile_m, tile_n))
-    return out
+    m, k = a.size()
+    _, n = b.size()
+    c = torch.empty([m, n], dtype=torch.promote_types(a.dtype, b.dtype), device=a.device)
+    for tm, tn in hl.tile([m, n]):
+        acc = hl.zeros([tm, tn], dtype=torch.float32)
+        for tk in hl.tile(k):
+            acc = torch.addmm(acc, a[tm, tk], b[tk, tn])
+        c[tm, tn] = epilogue(acc, (tm, tn))
+    return c

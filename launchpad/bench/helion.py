@@ -1,8 +1,8 @@
 """Helion kernels called as Helion calls them, against the same kernels through
 ``launchpad.helion_kernel``, per call, side by side in one run; and where the rest of a call goes.
 
-Two of Helion's own examples (:mod:`launchpad.bench._helion_kernels`, each with a fixed config):
-the add on 4,096 floats and the matmul on 256 x 256 x 256 halves. Rows per kernel, each timed
+Two Helion kernels (:mod:`launchpad.bench._helion_kernels`, each with a fixed config): an add
+on 4,096 floats and a matmul on 256 x 256 x 256 halves. Rows per kernel, each timed
 like the launch overhead (:mod:`launchpad.bench.harness`: batches without a synchronization,
 round-robin, medians), each checked against torch once before timing:
 
@@ -32,8 +32,8 @@ from .report import ratio_text, us
 __all__ = ["GROUPS", "helion_section", "helion_tables"]
 
 GROUPS = {
-    "add": "Helion's add example, 4,096 floats (config: block 1024, 4 warps)",
-    "matmul": "Helion's matmul example, 256 x 256 x 256 fp16 (config: blocks 64 x 64 x 32, 4 warps, 3 stages)",
+    "add": "Helion add with broadcasting, 4,096 floats (config: block 1024, 4 warps)",
+    "matmul": "Helion matmul with an epilogue, 256 x 256 x 256 fp16 (config: blocks 64 x 64 x 32, 4 warps, 3 stages)",
 }
 
 

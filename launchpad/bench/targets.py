@@ -205,10 +205,10 @@ TARGETS: list[tuple[str, Callable[[dict[str, Any]], tuple[str, str, str]]]] = [
     ("import launchpad on top of torch: <= 0.15 s", _time_limit("import_launchpad", 0.15)),
     ("recorded sequence of 20 kernels, 2 new tensors and 1 new scalar: <= 0.45x of 20 floor launches, >= 2.5x "
      "faster than the 20 launches, faster than torch's CUDAGraph after copy_", _sequence_target(0.45, 2.5)),
-    ("Helion's add example (4,096 floats) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion "
-     "kernel called itself", _helion_target("add", 2.0)),
-    ("Helion's matmul example (256^3 fp16) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion "
-     "kernel called itself", _helion_target("matmul", 2.0)),
+    ("Helion add (4,096 floats) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion kernel "
+     "called itself", _helion_target("add", 2.0)),
+    ("Helion matmul (256^3 fp16) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion kernel "
+     "called itself", _helion_target("matmul", 2.0)),
 ]  # fmt: skip
 
 
