@@ -191,3 +191,31 @@ def test_a_bf16_argument_out_of_range_names_the_kernel(kernels, fake_gpu, value,
     args[11] = value
     with pytest.raises(cls, match=message):
         k[1, 1](*args)
+
+
+def test_the_updater_compiles_and_links_with_the_device_runtime(monkeypatch):
+    """NVRTC, then nvJitLink with CUDA's libcudadevrt.a: what device-side updates need, built here."""
+    from launchpad.core import driver as _driver
+    from launchpad.core import toolchain
+    from launchpad.launch import updates
+
+    if toolchain.device_runtime() is None:
+        pytest.skip("no libcudadevrt.a here (launchpad's cu12/cu13 extra brings it)")
+    loaded = []
+    monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
+    monkeypatch.setattr(_driver, "compute_capability", lambda device: (9, 0))
+    monkeypatch.setattr(_driver, "load_function", lambda cubin, name, device: loaded.append((cubin, name)) or ("m", 7))
+    updates.updater.cache_clear()
+    try:
+        assert updates.updater(0) == (7, "")
+        cubin, name = loaded[0]
+        assert cubin[:4] == b"\x7fELF" and name == "launchpad_apply_updates" and b"launchpad_apply_updates" in cubin
+        monkeypatch.setattr(_driver, "driver_version", lambda: 12030)
+        updates.updater.cache_clear()
+        assert updates.updater(0) == (0, "the driver is older than CUDA 12.4 (no device-side graph updates)")
+        monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
+        monkeypatch.setattr(toolchain, "device_runtime", lambda: None)
+        updates.updater.cache_clear()
+        assert updates.updater(0)[1].startswith("CUDA's device runtime (libcudadevrt.a) is not installed")
+    finally:
+        updates.updater.cache_clear()
