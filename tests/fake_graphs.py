@@ -226,9 +226,8 @@ class FakeGraphs:
             raise lp.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access", "cuGraphLaunch")
         if exec_ in self.rings:  # launchpad's updater node: this launch's slot
             ring, launches = self.rings[exec_]
-            slot = launches % ring.slots
-            count, at = ring.words[2 + 2 * slot], ring.words[3 + 2 * slot]
-            words = (ctypes.c_uint64 * (3 * count)).from_address(at) if count else []
+            base = 2 + (launches % ring.slots) * (1 + 3 * ring.capacity)
+            count, words = ring.words[base], ring.words[base + 1 :]
             for k in range(count):
                 devnode, where, value = words[3 * k], words[3 * k + 1], words[3 * k + 2]
                 offset, size = where & 0xFFFFFFFF, where >> 32

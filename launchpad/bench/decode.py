@@ -35,7 +35,7 @@ def gelu_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(out_ptr + offs, 0.5 * x * (1 + tl.math.tanh(0.7978845608 * (x + 0.044715 * x * x * x))), mask=mask)
+    tl.store(out_ptr + offs, x * tl.sigmoid(1.702 * x), mask=mask)  # GELU, the sigmoid approximation
 """
 
 

@@ -80,9 +80,12 @@ def sequence_tables(seq: dict[str, Any], head: str, table: Callable[..., str]) -
                                                     drows))  # fmt: skip
     sizes = seq.get("sizes") or {}
     if sizes:
-        srows = [[size, f"{v['seq_new']:.1f}", f"{v['torch_copy']:.1f}", f"{v['ratio']:.3f}x"] if "ratio" in v else
-                 [size, v.get("error", "")] for size, v in sizes.items()]  # fmt: skip
+        srows = [[size, f"{v['seq_new']:.1f}", f"{v['torch_copy']:.1f}", f"{v['ratio']:.3f}x", f"{v['seq_host']:.1f}",
+                  f"{v['torch_replay']:.1f}"] if "ratio" in v else [size, v.get("error", "")]
+                 for size, v in sizes.items()]  # fmt: skip
         parts.append(f"{head}Inputs from 16 KB to 256 MB\n\nWall time per step of a GPU-bound loop, 20 kernels and 2 "
-                     "new input tensors a step.\n\n" + table(["per input", "launchpad.record us", "torch graph + "
-                                                                 "copy_ us", "record / torch"], srows))  # fmt: skip
+                     "new input tensors a step; updated from the host: the same replay without device-side updates; "
+                     "torch's replay alone: no new input (the floor).\n\n"
+                     + table(["per input", "launchpad.record us", "torch graph + copy_ us", "record / torch",
+                              "record, host updates us", "torch replay alone us"], srows))  # fmt: skip
     return parts

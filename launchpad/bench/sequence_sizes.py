@@ -2,8 +2,10 @@
 of a GPU-bound loop of steps.
 
 The step is 20 kernels ``out[j] = a * x + y`` over ``n`` floats (a grid-stride loop of up to 1024
-blocks); each step has 2 new input tensors. A replay re-points the 20 nodes at them; torch's graph
-copies them into its static buffers first (2 copies of ``4n`` bytes each). Each figure is one
+blocks); each step has 2 new input tensors. A replay re-points the 20 nodes at them (from the
+device; a second sequence from the host, for comparison); torch's graph copies them into its
+static buffers first (2 copies of ``4n`` bytes each). torch's replay alone, with no new input,
+is the floor. Each figure is one
 step's share of a loop of back-to-back steps closed by one synchronization (the GPU paces it);
 medians over rounds that alternate the two launchers. From 16 KB to 256 MB per input.
 """
@@ -56,8 +58,15 @@ def _variants(step: _SizedStep) -> dict[str, Any]:
     import torch
 
     import launchpad
+    from launchpad.launch import updates
 
     seq = launchpad.record(step.launches, *step.sets[0])
+    device_updater = updates.updater
+    updates.updater = lambda device: (0, "switched off by the benchmark")  # type: ignore[assignment]
+    try:
+        host = launchpad.record(step.launches, *step.sets[0])
+    finally:
+        updates.updater = device_updater
     xs, ys = torch.empty_like(step.sets[0][0]), torch.empty_like(step.sets[0][1])
     step.launches(xs, ys)
     torch.cuda.synchronize()
@@ -66,9 +75,12 @@ def _variants(step: _SizedStep) -> dict[str, Any]:
         step.launches(xs, ys)
     turn = [0]
 
-    def replay() -> None:
-        turn[0] ^= 1
-        seq(*step.sets[turn[0]])
+    def new_inputs(sequence: Any) -> Any:
+        def replay() -> None:
+            turn[0] ^= 1
+            sequence(*step.sets[turn[0]])
+
+        return replay
 
     def copy_and_replay() -> None:
         turn[0] ^= 1
@@ -77,14 +89,18 @@ def _variants(step: _SizedStep) -> dict[str, Any]:
         ys.copy_(y)
         graph.replay()
 
-    for call in (replay, copy_and_replay):
-        call()
+    calls = {"seq_new": new_inputs(seq), "torch_copy": copy_and_replay, "seq_host": new_inputs(host),
+             "torch_replay": graph.replay}  # fmt: skip
+    for key in ("seq_new", "torch_copy", "seq_host"):
+        calls[key]()
         step.check(*step.sets[turn[0]])
-    return {"seq_new": replay, "torch_copy": copy_and_replay, "_keep": (seq, graph)}
+    calls["_keep"] = (seq, host, graph)
+    return calls
 
 
 def measure_sizes(rounds: int = 7, log: Any = print) -> dict[str, Any]:
-    """``{size: {"seq_new": us per step, "torch_copy": ..., "ratio": seq / torch}}``, or the error."""
+    """``{size: {"seq_new": us per step, "torch_copy", "seq_host", "torch_replay": ..., "ratio": seq_new /
+    torch_copy}}``, or ``{size: {"error": why}}``."""
     import torch
 
     out: dict[str, Any] = {}
@@ -107,8 +123,9 @@ def measure_sizes(rounds: int = 7, log: Any = print) -> dict[str, Any]:
             row = {key: statistics.median(v) for key, v in walls.items()}
             row["ratio"] = row["seq_new"] / row["torch_copy"]
             out[label] = row
-            log(f"  {label:>7} per input: seq {row['seq_new']:9.1f} us, torch graph + copy_ {row['torch_copy']:9.1f} "
-                f"us per step ({row['ratio']:.3f}x)")  # fmt: skip
+            log(f"  {label:>7} per input: seq {row['seq_new']:9.1f} us, torch graph + copy_ {row['torch_copy']:9.1f} us "
+                f"per step ({row['ratio']:.3f}x); seq updated from the host {row['seq_host']:9.1f}, torch's replay alone "
+                f"{row['torch_replay']:9.1f}")  # fmt: skip
             del step, calls
         except Exception as exc:  # one size failing leaves the others
             out[label] = {"error": f"{type(exc).__name__}: {exc}"}

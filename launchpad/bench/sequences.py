@@ -129,6 +129,21 @@ def torch_graph(ctx: Any) -> Timed:
                  note="x_s.copy_(x); y_s.copy_(y); a_s.fill_(a); graph.replay(); time / 20")  # fmt: skip
 
 
+def graph_alone(ctx: Any) -> Timed:
+    s, torch = _step(ctx), ctx.torch
+    k = s.axpby[1, N]
+    x, y, a = s.inputs[0]
+    k(a, x, y, s.out[0], N)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for j in range(KERNELS):
+            k(a, x, y, s.out[j], N)
+    graph.replay()
+    s.check(KERNELS, x, y, a)
+    return Timed(graph.replay, per_call=KERNELS, note="graph.replay() with nothing new: the GPU's floor; time / 20")
+
+
 def _sequence(ctx: Any, reads: int, compiled: bool | None = None, host: bool = False) -> tuple[Step, Any]:
     import launchpad
     from launchpad.launch import updates
@@ -179,6 +194,7 @@ def sequence_entries() -> list[Entry]:
         Entry("c_floor", "C loop calling cuLaunchKernel (the floor), per kernel", "floor", floor),
         Entry("seq_one_by_one", f"{KERNELS} launchpad launches one by one, per kernel", "launchpad", one_by_one),
         Entry("seq_torch_graph", "torch CUDAGraph after copy_ of the inputs, per kernel", "peer", torch_graph),
+        Entry("seq_torch_replay", "torch CUDAGraph replay alone, nothing new, per kernel", "graph", graph_alone),
         Entry("seq_plain", "launchpad.record: replay, nothing new, per kernel", "graph", plain),
         *replays,
         python,

@@ -93,7 +93,7 @@ class Plan:
     template: Any = None  # the function's result with each tensor replaced by its leaf's index
     leaves: list[Leaf] = field(default_factory=list)
     storages: list[Storage] = field(default_factory=list)
-    encoded: list[str] = field(default_factory=list)  # nodes holding the graph's addresses in a form not followed
+    encoded: list[tuple[int, int]] = field(default_factory=list)  # words that vary alone: no pointers
 
 
 def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
@@ -105,7 +105,7 @@ def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values:
         same_structure(name, base.nodes, capture.nodes)
     _refuse_opaque(base.nodes, values)
     inputs = {name: InputPlan(name) for name in values}
-    encoded: list[str] = []  # nodes holding the graph's own addresses in a form launchpad cannot follow
+    encoded: list[tuple[int, int]] = []  # (node, offset) of words that vary between captures but are no pointers
     for i, node in enumerate(base.nodes):
         if node.kind == "graph":
             _compare_child(i, node, control.nodes[i], probes)
@@ -114,9 +114,9 @@ def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values:
             here = _bytes(node, offset, size)
             if here is None:
                 continue
-            if _bytes(control.nodes[i], offset, size) != here:
-                if not _pool_pointer(here, _bytes(control.nodes[i], offset, size), is_device_pointer):
-                    encoded.append(node.describe(i))
+            if _bytes(control.nodes[i], offset, size) != here:  # the graph's own memory, or bytes that vary alone
+                if size == 8 and not _pool_pointer(here, _bytes(control.nodes[i], offset, size), is_device_pointer):
+                    encoded.append((i, offset))  # (uninitialized padding, or an address in another form)
                 continue
             moved = [name for name, c in probes.items() if _bytes(c.nodes[i], offset, size) != here]
             if len(moved) > 1:

@@ -84,8 +84,21 @@ def find_outputs(plan: Plan, base: Capture, control: Capture, probes: dict[str, 
         plan.leaves.append(Leaf("storage", shape, stride, t.storage_offset(), dtype, storages[start]))
 
 
+def _encodes(nodes: list[Node], i: int, offset: int, start: int, others: list[Capture], starts: list[int]) -> bool:
+    """Whether a word that varies between captures (and is no pointer) moves as this allocation does:
+    by its move, or its move shifted right by 4 (a 16-byte-aligned address stored in fewer bits)."""
+    base = int.from_bytes(_bytes(nodes[i], offset, 8) or b"", "little")
+    for c, s in zip(others, starts):
+        word = _bytes(c.nodes[i], offset, 8)
+        moved = (int.from_bytes(word or b"", "little") - base) % (1 << 64)
+        shift = (s - start) % (1 << 64)
+        if moved not in (shift, ((s >> 4) - (start >> 4)) % (1 << 64)) or moved == 0:
+            return False
+    return bool(others)
+
+
 def _storage(nodes: list[Node], t: torch.Tensor, elsewhere: list[torch.Tensor], others: list[Capture],
-             encoded: list[str]) -> Storage:  # fmt: skip
+             encoded: list[tuple[int, int]]) -> Storage:  # fmt: skip
     """How a replay gives a returned allocation new memory: the words that point into it."""
     start, nbytes = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
     storage = Storage(nbytes)
@@ -107,8 +120,11 @@ def _storage(nodes: list[Node], t: torch.Tensor, elsewhere: list[torch.Tensor], 
                 return storage
             storage.uses.append(Use(i, offset, 8, SK_POINTER, label, param, delta))
     unreadable = [n.describe(i) for i, n in enumerate(nodes) if n.kind == "kernel" and n.block is None]
-    if encoded or unreadable:
-        storage.copy = f"{(encoded or unreadable)[0]} may hold its address in a form launchpad cannot follow"
+    encoding = next((f"{nodes[i].describe(i)}, {_label(nodes[i], o, 8, None)}" for i, o in encoded
+                     if _encodes(nodes, i, o, start, others, starts)), None)  # fmt: skip
+    if encoding or unreadable:
+        storage.copy = f"{encoding} holds its address in another form" if encoding else \
+            f"{unreadable[0]} may hold its address in a form launchpad cannot read"  # fmt: skip
     elif not storage.uses:
         storage.copy = "no node launchpad can see points into it"
     elif any(n.kind == "graph" for n in nodes):

@@ -44,28 +44,26 @@ _COPY_PARAMS = {"memcpy": 200, "memset": 40}
 
 UPDATER_SOURCE = r"""
 // launchpad's updater node: applies one ring slot's entries to the graph's device-updatable nodes.
-// ring: [launches consumed, 0, (entry count, entries address) x slots]; an entry is three words:
-// the device node, offset | size << 32, and the value (up to 8 bytes). counter: launches so far.
+// ring: [launches consumed, 0, then a slot per launch: its entry count and `capacity` entries of three
+// words: the device node, offset | size << 32, the value (up to 8 bytes)]. counter: launches so far.
+// Each thread loads its entry and the count together (one round trip to host memory), then applies it.
 extern "C" __global__ void launchpad_apply_updates(const unsigned long long* ring, unsigned long long* counter,
-                                                   unsigned int slots) {
-    __shared__ unsigned long long launch;
-    if (threadIdx.x == 0) launch = *counter;
-    __syncthreads();
-    const unsigned long long* slot = ring + 2 + 2 * (launch % slots);
-    unsigned long long count = slot[0];
-    const unsigned long long* entries = (const unsigned long long*)slot[1];
-    for (unsigned long long i = threadIdx.x; i < count; i += blockDim.x) {
-        const unsigned long long* e = entries + 3 * i;
+                                                   unsigned int slots, unsigned int capacity) {
+    unsigned long long launch = *counter;
+    const unsigned long long* slot = ring + 2 + (launch % slots) * (1 + 3ull * capacity);
+    for (unsigned int i = threadIdx.x; i < capacity; i += blockDim.x) {
+        const unsigned long long* e = slot + 1 + 3ull * i;
+        unsigned long long node = e[0], where = e[1], value = e[2], count = slot[0];
+        if (i >= count) break;
         // a failed update would leave a node stale: stop the graph rather than run it so
-        if (cudaGraphKernelNodeSetParam((cudaGraphDeviceNode_t)e[0], e[1] & 0xffffffffull, &e[2], e[1] >> 32)
+        if (cudaGraphKernelNodeSetParam((cudaGraphDeviceNode_t)node, where & 0xffffffffull, &value, where >> 32)
             != cudaSuccess)
             __trap();
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         *counter = launch + 1;
-        __threadfence_system();
-        *(volatile unsigned long long*)ring = launch + 1;
+        *(volatile unsigned long long*)ring = launch + 1;  // the host may reuse this slot
     }
 }
 """
@@ -99,17 +97,14 @@ class Ring:
     def __init__(self, device: int, capacity: int, slots: int = SLOTS):
         self.device = device
         self.slots, self.capacity = slots, max(capacity, 1)
+        self.stride = 1 + 3 * self.capacity
         pinned = torch.cuda.is_available()  # (not in tests on the fake GPU, whose "device" is the CPU)
-        self.memory = torch.zeros(2 + 2 * slots, dtype=torch.int64, pin_memory=pinned)
-        self.entries = torch.zeros(slots * self.capacity * 3, dtype=torch.int64, pin_memory=pinned)
+        self.memory = torch.zeros(2 + slots * self.stride, dtype=torch.int64, pin_memory=pinned)
         self.counter = torch.zeros(1, dtype=torch.int64, device=f"cuda:{device}" if device >= 0 else "cpu")
-        self.words = (ctypes.c_uint64 * (2 + 2 * slots)).from_address(self.memory.data_ptr())
-        self.entry_words = (ctypes.c_uint64 * (slots * self.capacity * 3)).from_address(self.entries.data_ptr())
-        for s in range(slots):
-            self.words[3 + 2 * s] = self.entries.data_ptr() + 8 * 3 * self.capacity * s
+        self.words = (ctypes.c_uint64 * (2 + slots * self.stride)).from_address(self.memory.data_ptr())
         self._args = [ctypes.c_void_p(self.memory.data_ptr()), ctypes.c_void_p(self.counter.data_ptr()),
-                      ctypes.c_uint32(slots)]  # fmt: skip
-        self._params = (ctypes.c_void_p * 3)(*[ctypes.addressof(a) for a in self._args])
+                      ctypes.c_uint32(slots), ctypes.c_uint32(self.capacity)]  # fmt: skip
+        self._params = (ctypes.c_void_p * 4)(*[ctypes.addressof(a) for a in self._args])
 
     @property
     def consumed(self) -> int:
@@ -120,16 +115,19 @@ class Ring:
         stream = _checks.current_raw_stream(self.device)
         _driver.launch_kernel(function, (1, 1, 1), (128, 1, 1), 0, stream, ctypes.addressof(self._params))
 
+    def slot(self, launch: int) -> int:
+        """The word where launch ``launch``'s slot starts (its count; its entries follow)."""
+        return 2 + (launch % self.slots) * self.stride
+
     def write(self, launch: int, entries: list[tuple[int, int, int, bytes]]) -> None:
         """Put ``(device node, offset, size, bytes)`` entries in the slot of launch ``launch``."""
-        slot = launch % self.slots
-        base = slot * self.capacity * 3
+        base = self.slot(launch)
         for k, (devnode, offset, size, data) in enumerate(entries):
-            at = base + 3 * k
-            self.entry_words[at] = devnode
-            self.entry_words[at + 1] = offset | size << 32
-            self.entry_words[at + 2] = int.from_bytes(data.ljust(8, b"\0"), "little")
-        self.words[2 + 2 * slot] = len(entries)
+            at = base + 1 + 3 * k
+            self.words[at] = devnode
+            self.words[at + 1] = offset | size << 32
+            self.words[at + 2] = int.from_bytes(data.ljust(8, b"\0"), "little")
+        self.words[base] = len(entries)
 
 
 @dataclass

@@ -67,8 +67,11 @@ static int commit(Replay *self, Use **uses, uint64_t *staged, Py_ssize_t n, uint
         Py_END_ALLOW_THREADS
         if (err != 0 || launch - self->ring[0] >= self->slots) return LP_FALLBACK;
     }
-    uint64_t count = 0, *entries = NULL;
-    if (self->ring != NULL) entries = (uint64_t *)(uintptr_t)self->ring[3 + 2 * (launch % self->slots)];
+    uint64_t count = 0, *slot = NULL, *entries = NULL;  /* a slot: its count, then its entries */
+    if (self->ring != NULL) {
+        slot = self->ring + 2 + (launch % self->slots) * (1 + 3 * self->capacity);
+        entries = slot + 1;
+    }
     memset(dirty, 0, (size_t)self->ntargets);
     for (Py_ssize_t k = 0; k < n; k++) {
         const Use *use = uses[k];
@@ -85,7 +88,7 @@ static int commit(Replay *self, Use **uses, uint64_t *staged, Py_ssize_t n, uint
         memcpy(t->blob + use->offset, &staged[k], use->slot.size);
         dirty[use->target] = 1;
     }
-    if (self->ring != NULL) self->ring[2 + 2 * (launch % self->slots)] = count;
+    if (slot != NULL) *slot = count;
     CUresult err = 0;
     Py_ssize_t failed_at = self->ntargets;  /* the targets before it took their new bytes */
     Py_BEGIN_ALLOW_THREADS

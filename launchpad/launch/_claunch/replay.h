@@ -70,7 +70,7 @@ typedef struct {
     SyncFn sync;
     CtxGetDeviceFn ctx_get_device;
     uint64_t *state;        /* Sequence._state */
-    uint64_t *ring;         /* [consumed, 0, (count, entries address) x slots], or NULL: no device targets */
+    uint64_t *ring;         /* [consumed, 0, (count, capacity entries) x slots], or NULL: no device targets */
     uint64_t slots, capacity;
     PyObject *current;      /* the sequence's list of current values */
     PyObject *fallback;     /* the Python replay: every refusal and everything not taken here */
