@@ -110,9 +110,10 @@ def measure_sizes(rounds: int = 7, log: Any = print) -> dict[str, Any]:
             step = _SizedStep(n)
             calls = _variants(step)
             steps = max(5, min(200, int(2e5 // n) + 5))
-            walls: dict[str, list[float]] = {"seq_new": [], "torch_copy": []}
+            keys = ["seq_new", "torch_copy", "seq_host", "torch_replay"]
+            walls: dict[str, list[float]] = {key: [] for key in keys}
             for r in range(rounds):
-                for key in ("seq_new", "torch_copy") if r % 2 == 0 else ("torch_copy", "seq_new"):
+                for key in keys[r % len(keys) :] + keys[: r % len(keys)]:  # each first in turn
                     call = calls[key]
                     torch.cuda.synchronize()
                     t0 = time.perf_counter()
