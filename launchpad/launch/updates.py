@@ -121,6 +121,8 @@ class Ring:
 
     def write(self, launch: int, entries: list[tuple[int, int, int, bytes]]) -> None:
         """Put ``(device node, offset, size, bytes)`` entries in the slot of launch ``launch``."""
+        if len(entries) > self.capacity:  # (a slot holds every use of every input and output at once)
+            raise LaunchpadError(f"{len(entries)} node updates do not fit a ring slot of {self.capacity}")
         base = self.slot(launch)
         for k, (devnode, offset, size, data) in enumerate(entries):
             at = base + 1 + 3 * k
