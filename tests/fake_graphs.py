@@ -43,7 +43,7 @@ class _NodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
 SET_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(_NodeParams))
 SET_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 GRAPH_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-SYNC = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+SYNC = ctypes.CFUNCTYPE(ctypes.c_int)
 CTX_GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
 
 
@@ -104,6 +104,7 @@ class FakeGraphs:
         monkeypatch.setattr(_driver, "pointer_device", lambda address: -1 if 0 < address < 1 << 48 else None)
         monkeypatch.setattr(_driver, "primary_context", lambda device: 0xC0)
         monkeypatch.setattr(_driver, "synchronize", lambda stream: None)
+        monkeypatch.setattr(_driver, "synchronize_device", lambda device: None)
         monkeypatch.setattr(_checks, "current_raw_stream", lambda device: 0x5000)
         monkeypatch.setattr(_checks, "current_device", lambda: -1)  # the fake GPU (CPU tensors)
         monkeypatch.setattr(_sequence.Sequence, "_get_stream", staticmethod(lambda device: 0x5000))
@@ -112,7 +113,7 @@ class FakeGraphs:
         me = self
         self._c = [SET_PARAMS(lambda e, n, p: me._c_set_kernel(n, p)), GRAPH_LAUNCH(lambda e, s: me._c_launch(e, s)),
                    SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memcpy")),
-                   SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memset")), SYNC(lambda s: 0),
+                   SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memset")), SYNC(lambda: 0),
                    CTX_GET_DEVICE(lambda out: me._device(out))]  # fmt: skip
         address = functools.partial(ctypes.cast, typ=ctypes.c_void_p)
         monkeypatch.setattr(_driver, "graph_entry_points", lambda: tuple(address(f).value for f in self._c[:5]))

@@ -270,3 +270,19 @@ def test_replays_from_several_threads_are_serialized(module, graphs):
     run_threads(seq, [(x,) for x in inputs])
     assert len(seen) == 8 and all(a == b for a, b in seen)  # each launch saw one replay's input in both nodes
     assert sorted(a for a, _ in seen) == sorted(x.data_ptr() for x in inputs)
+
+
+def test_a_dropped_sequence_waits_for_its_device_not_a_stream_that_may_be_gone(module, graphs, monkeypatch):
+    """Its last replay may have run on a thread's own stream, destroyed since: the finalizer waits on
+    the device (the updater of a launch in flight still reads the ring)."""
+    from launchpad.core import driver as _driver
+
+    axpy = graphs.fake.install(module["axpy"])
+    seq = graphs.record(lambda x, y: axpy[1, 32](1.0, x, y, 32), f32(32), f32(32))
+    seq(f32(32))
+    waits = []
+    monkeypatch.setattr(_driver, "synchronize", lambda stream: pytest.fail(f"synchronized stream {stream:#x}"))
+    monkeypatch.setattr(_driver, "synchronize_device", waits.append)
+    del seq
+    gc.collect()
+    assert waits == ([-1] if graphs.rings else [])

@@ -162,7 +162,7 @@ def test_more_inputs_than_the_c_stack_holds(fake_gpu, monkeypatch):
 def test_the_compiled_replay_refuses_tables_that_reach_outside_a_node():
     """Defect 10: a use's offset is checked against its target's block when the replay is built."""
     claunch = _executor._claunch
-    state = (__import__("ctypes").c_uint64 * 3)()
+    state = (__import__("ctypes").c_uint64 * 2)()
     blob = bytearray(16)
     target = (1, 0x100, 0x200, (1, 1, 1), (1, 1, 1), 0, 0, blob, 0x300)
     for use, ok in [((0, 8, 8, 0, 0, 0, 0), True), ((0, 12, 8, 0, 0, 0, 0), False), ((1, 0, 8, 0, 0, 0, 0), False),

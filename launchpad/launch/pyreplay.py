@@ -31,8 +31,8 @@ from .updates import DEVICE
 
 __all__ = ["allocators", "build", "explain", "replay_for"]
 
-#: ``Sequence._state`` words: launches so far, the stream of the last, and "broken".
-LAUNCHES, LAST_STREAM, BROKEN = range(3)
+#: ``Sequence._state`` words: launches so far, and "broken".
+LAUNCHES, BROKEN = range(2)
 
 
 def replay_for(seq: Any) -> Callable[..., Any]:
@@ -154,8 +154,8 @@ def _apply(seq: Any, staged: list[tuple[Use, bytes]], stream: int) -> None:
     launch = int(seq._state[LAUNCHES])
     ring = seq._ring
     if ring is not None:
-        if launch - ring.consumed >= ring.slots:  # the slot's last launch has not started: let it
-            _driver.synchronize(int(seq._state[LAST_STREAM]))
+        if launch - ring.consumed >= ring.slots:  # the slot's last launch has not started: let the device catch up
+            _driver.synchronize_device(seq.device)
         ring.write(launch, entries)
     saved: list[tuple[Any, int, bytes]] = []
     applied: list[Any] = []
@@ -178,7 +178,6 @@ def _apply(seq: Any, staged: list[tuple[Use, bytes]], stream: int) -> None:
             seq._state[BROKEN] = 1
         raise
     seq._state[LAUNCHES] = launch + 1
-    seq._state[LAST_STREAM] = stream
 
 
 def allocators(seq: Any) -> list[Callable[[], torch.Tensor]]:

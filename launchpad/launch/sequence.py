@@ -159,14 +159,14 @@ class Sequence:
         self._lock = threading.Lock()
         self._positions = {name: i for i, name in enumerate(self.inputs)}
         self._current = [values[name] for name in self.inputs]  # the one record of what the graph reads
-        self._state = (ctypes.c_uint64 * 3)()  # launches so far (the ring's), the last one's stream, "broken"
+        self._state = (ctypes.c_uint64 * 2)()  # launches so far (the ring's), and "broken"
         function, self.update_note = _updates.updater(device)
         self._build(plan, values, function)
         self.nodes = len(self._plan.nodes)
         self._template = self._plan.template
         self._allocators = _pyreplay.allocators(self)
         self._modules = [n.module for n in self._plan.nodes if n.module is not None]  # kernels stay loaded
-        weakref.finalize(self, _drain, self._state, self._graph, self._ring)
+        weakref.finalize(self, _drain, self._state, self.device, self._graph, self._ring)
         use = _executor.launch_path()[0] == "compiled" if compiled is None else compiled
         self._replay: Callable[..., Any] = _pyreplay.replay_for(self)
         if use:
@@ -281,11 +281,12 @@ def _all_uses(plan: Plan) -> list[Use]:
     return [u for p in plan.inputs.values() for u in p.uses] + [u for s in plan.storages for u in s.uses]
 
 
-def _drain(state: Any, graph: Any, ring: Any) -> None:
-    """Before the graph and the ring go: let the last launch finish (its updater reads the ring)."""
+def _drain(state: Any, device: int, graph: Any, ring: Any) -> None:
+    """Before the graph and the ring go: let the device finish the last launch (its updater reads the
+    ring). The device, not the launch's stream: that stream may be gone already (a thread's own)."""
     if state[0] and ring is not None:
         try:
-            _driver.synchronize(int(state[1]))
+            _driver.synchronize_device(device)
         except Exception:  # a finalizer raises nothing; a dead context has nothing left to run
             pass
     del graph

@@ -60,6 +60,7 @@ from .memory import (
     pointer_device,
     stream_wait,
     synchronize,
+    synchronize_device,
 )
 from .modules import (
     FUNCTION_ATTRIBUTES,
@@ -137,5 +138,6 @@ __all__ = [
     "set_oversized_shared",
     "stream_wait",
     "synchronize",
+    "synchronize_device",
     "unload_module",
 ]

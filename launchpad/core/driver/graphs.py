@@ -189,7 +189,7 @@ def graph_launch(exec_: int, stream: int) -> None:
 def graph_entry_points() -> tuple[int, int, int, int, int]:
     """The addresses of ``cuGraphExecKernelNodeSetParams`` (the v2 parameter struct of CUDA 12+),
     ``cuGraphLaunch``, ``cuGraphExecMemcpyNodeSetParams``, ``cuGraphExecMemsetNodeSetParams`` and
-    ``cuStreamSynchronize``, which the compiled replay calls directly."""
+    ``cuCtxSynchronize``, which the compiled replay calls directly."""
     found = entry_points("cuGraphExecKernelNodeSetParams", "cuGraphLaunch", "cuGraphExecMemcpyNodeSetParams",
-                         "cuGraphExecMemsetNodeSetParams", "cuStreamSynchronize")  # fmt: skip
+                         "cuGraphExecMemsetNodeSetParams", "cuCtxSynchronize")  # fmt: skip
     return found[0], found[1], found[2], found[3], found[4]

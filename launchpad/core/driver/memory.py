@@ -16,6 +16,7 @@ __all__ = [
     "pointer_device",
     "stream_wait",
     "synchronize",
+    "synchronize_device",
 ]
 
 
@@ -69,3 +70,9 @@ def copy_device_to_device(destination: int, source: int, nbytes: int, stream: in
 def synchronize(stream: int) -> None:
     """Wait for everything queued on ``stream``."""
     check(_cu.cuStreamSynchronize(_cu.CUstream(stream)), "cuStreamSynchronize")
+
+
+def synchronize_device(device: int) -> None:
+    """Wait for everything queued on ``device`` (``cuCtxSynchronize`` in its context)."""
+    with _device.device_context(device):
+        check(_cu.cuCtxSynchronize(), "cuCtxSynchronize")

@@ -63,7 +63,7 @@ static int commit(Replay *self, Use **uses, uint64_t *staged, Py_ssize_t n, uint
     if (self->ring != NULL && launch - self->ring[0] >= self->slots) {  /* that slot's launch has not started */
         CUresult err;
         Py_BEGIN_ALLOW_THREADS
-        err = self->sync((void *)(uintptr_t)self->state[S_LAST_STREAM]);
+        err = self->sync();  /* the device, not a stream: the last launch's may be gone (a thread's own) */
         Py_END_ALLOW_THREADS
         if (err != 0 || launch - self->ring[0] >= self->slots) return LP_FALLBACK;
     }
@@ -111,7 +111,6 @@ static int commit(Replay *self, Use **uses, uint64_t *staged, Py_ssize_t n, uint
     Py_END_ALLOW_THREADS
     if (err != 0) return LP_FALLBACK;  /* the Python replay updates again and raises the CudaError */
     self->state[S_LAUNCHES] = launch + 1;
-    self->state[S_LAST_STREAM] = (uint64_t)(uintptr_t)stream;
     return LP_OK;
 }
 

@@ -17,10 +17,10 @@ typedef struct {
 typedef CUresult (*SetParamsFn)(void *exec, void *node, const NodeParams *params);
 typedef CUresult (*SetCopyFn)(void *exec, void *node, const void *params, void *ctx);
 typedef CUresult (*GraphLaunchFn)(void *exec, void *stream);
-typedef CUresult (*SyncFn)(void *stream);
+typedef CUresult (*SyncFn)(void);  /* cuCtxSynchronize */
 
 enum { T_DEVICE, T_KERNEL, T_MEMCPY, T_MEMSET };  /* as launchpad/launch/updates.py numbers them */
-enum { S_LAUNCHES, S_LAST_STREAM, S_BROKEN };      /* the words of Sequence._state */
+enum { S_LAUNCHES, S_BROKEN };                     /* the words of Sequence._state */
 
 typedef struct {
     uint32_t target, offset;
