@@ -75,23 +75,20 @@ def _step(ctx: Any) -> DecodeStep:
     return ctx.once("decode step", lambda: DecodeStep(ctx))
 
 
-def _rotation(s: DecodeStep) -> Any:
+def _timed(s: DecodeStep, call: Any, what: str, note: str) -> Timed:
+    """``call(tokens, positions)`` checked against eager once, then timed over the rotating inputs."""
     import itertools
 
-    return itertools.cycle(s.inputs)
-
-
-def _checked(s: DecodeStep, call: Any, what: str) -> None:
     tokens, positions = s.inputs[1]
-    got = call(tokens, positions)
-    if not s.torch.allclose(got, s.step(tokens, positions), rtol=1e-4, atol=1e-4):
+    if not s.torch.allclose(call(tokens, positions), s.step(tokens, positions), rtol=1e-4, atol=1e-4):
         raise WrongResult(f"wrong result: {what} differs from eager")
+    inputs = itertools.cycle(s.inputs)
+    return Timed(lambda: call(*next(inputs)), note=note)
 
 
 def eager(ctx: Any) -> Timed:
     s = _step(ctx)
-    inputs = _rotation(s)
-    return Timed(lambda: s.step(*next(inputs)), note="the step, op by op")
+    return _timed(s, s.step, "eager", "the step, op by op")
 
 
 def torch_graph(ctx: Any) -> Timed:
@@ -109,9 +106,7 @@ def torch_graph(ctx: Any) -> Timed:
         graph.replay()
         return out
 
-    _checked(s, call, "torch's graph")
-    inputs = _rotation(s)
-    return Timed(lambda: call(*next(inputs)), note="2 copy_ into static inputs, graph.replay(); output overwritten")
+    return _timed(s, call, "torch's graph", "2 copy_ into static inputs, graph.replay(); output overwritten")
 
 
 def graphed_callables(ctx: Any) -> Timed:
@@ -120,9 +115,7 @@ def graphed_callables(ctx: Any) -> Timed:
         graphed = torch.cuda.make_graphed_callables(s.step, s.inputs[0], num_warmup_iters=3)
     except Exception as exc:
         raise Missing(f"make_graphed_callables: {type(exc).__name__}: {exc}") from None
-    _checked(s, graphed, "make_graphed_callables")
-    inputs = _rotation(s)
-    return Timed(lambda: graphed(*next(inputs)), note="torch.cuda.make_graphed_callables(step, sample inputs)")
+    return _timed(s, graphed, "make_graphed_callables", "torch.cuda.make_graphed_callables(step, sample inputs)")
 
 
 def compiled(ctx: Any) -> Timed:
@@ -131,13 +124,11 @@ def compiled(ctx: Any) -> Timed:
         fn = torch.compile(s.step, mode="reduce-overhead", fullgraph=False)
         for _ in range(3):
             fn(*s.inputs[0])
-        _checked(s, fn, "torch.compile")
+        return _timed(s, fn, "torch.compile", "torch.compile(step, mode='reduce-overhead')")
     except WrongResult:
         raise
     except Exception as exc:
         raise Missing(f"torch.compile(mode='reduce-overhead'): {type(exc).__name__}: {str(exc)[:200]}") from None
-    inputs = _rotation(s)
-    return Timed(lambda: fn(*next(inputs)), note="torch.compile(step, mode='reduce-overhead')")
 
 
 def recorded(ctx: Any) -> Timed:
@@ -145,9 +136,7 @@ def recorded(ctx: Any) -> Timed:
 
     s = _step(ctx)
     seq = launchpad.record(s.step, *s.inputs[0])
-    _checked(s, seq, "the recorded sequence")
-    inputs = _rotation(s)
-    return Timed(lambda: seq(*next(inputs)), note=f"launchpad.record(step): seq(tokens, positions); {seq.nodes} nodes")
+    return _timed(s, seq, "the recorded sequence", f"launchpad.record(step): seq(tokens, positions); {seq.nodes} nodes")
 
 
 def decode_entries() -> list[Entry]:
