@@ -77,8 +77,9 @@ def updater_functions():
     from cuda.core import Linker, LinkerOptions, ObjectCode, Program, ProgramOptions
 
     arch = "sm_90"
-    obj = Program(UPDATER, "c++", ProgramOptions(arch=arch, relocatable_device_code=True,
-                                                 link_time_optimization=True)).compile("ltoir")
+    obj = Program(
+        UPDATER, "c++", ProgramOptions(arch=arch, relocatable_device_code=True, link_time_optimization=True)
+    ).compile("ltoir")
     candidates = glob.glob("/usr/local/cuda/lib64/libcudadevrt.a")
     try:
         import nvidia
@@ -116,8 +117,10 @@ class Step:
         self.n = n
         self.k = lp.compile_cuda(SOURCE, "axpy")
         g = torch.Generator(device="cuda").manual_seed(0)
-        self.sets = [(torch.randn(n, device="cuda", generator=g), torch.randn(n, device="cuda", generator=g),
-                      0.5 + 0.25 * i) for i in range(4)]
+        self.sets = [
+            (torch.randn(n, device="cuda", generator=g), torch.randn(n, device="cuda", generator=g), 0.5 + 0.25 * i)
+            for i in range(4)
+        ]
         self.out = torch.empty(K, n, device="cuda")
         self.blocks = min(1024, (n + 255) // 256)
         self.stream = torch.cuda.current_stream().cuda_stream
@@ -225,7 +228,7 @@ def dev_out_variant(step, apply_fn):
         x, y, a = step.sets[next(it) % 4]
         table.n = 3 * K
         for j in range(K):  # a (offset 0), x (offset 8) and y (offset 16) in every node
-            table.e[9 * j: 9 * j + 9] = entries(devnodes[j], x, y, a)
+            table.e[9 * j : 9 * j + 9] = entries(devnodes[j], x, y, a)
         ck(cu.cuLaunchKernel(apply_fn, 1, 1, 1, 64, 1, 1, 0, stream, ctypes.addressof(args), 0), "updater")
         ck(cu.cuGraphLaunch(exe, stream), "launch")
 
@@ -239,8 +242,13 @@ def dev_in_variant(step, ring_fn, slots=1024):
     counter = torch.zeros(1, dtype=torch.int64, device="cuda")
     ring_view = (ctypes.c_uint64 * (slots * stride)).from_address(ring.data_ptr())
     consumed_view = ctypes.c_uint64.from_address(consumed.data_ptr())
-    vals = [ctypes.c_void_p(ring.data_ptr()), ctypes.c_void_p(counter.data_ptr()), ctypes.c_void_p(consumed.data_ptr()),
-            ctypes.c_uint32(slots), ctypes.c_uint32(stride)]
+    vals = [
+        ctypes.c_void_p(ring.data_ptr()),
+        ctypes.c_void_p(counter.data_ptr()),
+        ctypes.c_void_p(consumed.data_ptr()),
+        ctypes.c_uint32(slots),
+        ctypes.c_uint32(stride),
+    ]
     args = (ctypes.c_void_p * 5)(*[ctypes.addressof(v) for v in vals])
 
     def before():
@@ -267,7 +275,7 @@ def dev_in_variant(step, ring_fn, slots=1024):
         ring_view[base] = 3 * K
         for j in range(K):
             o = base + 1 + 9 * j
-            ring_view[o: o + 9] = entries(devnodes[j], x, y, a)
+            ring_view[o : o + 9] = entries(devnodes[j], x, y, a)
         ck(cu.cuGraphLaunch(exe, stream), "launch")
         state["n"] = h + 1
 
@@ -383,9 +391,11 @@ def survey():
                 extra = ""
                 if kind == cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMCPY:
                     m = ck(cu.cuGraphMemcpyNodeGetParams(n0))
-                    extra = (f"src={int(m.srcDevice) - caps[0][0].data_ptr():#x} from x, dst moved="
-                             f"{int(ck(cu.cuGraphMemcpyNodeGetParams(n1)).dstDevice) - int(m.dstDevice):#x} "
-                             f"width={m.WidthInBytes} h={m.Height} d={m.Depth} srctype={m.srcMemoryType}")
+                    extra = (
+                        f"src={int(m.srcDevice) - caps[0][0].data_ptr():#x} from x, dst moved="
+                        f"{int(ck(cu.cuGraphMemcpyNodeGetParams(n1)).dstDevice) - int(m.dstDevice):#x} "
+                        f"width={m.WidthInBytes} h={m.Height} d={m.Depth} srctype={m.srcMemoryType}"
+                    )
                 elif kind == cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_MEMSET:
                     m = ck(cu.cuGraphMemsetNodeGetParams(n0))
                     extra = f"dst={int(m.dst) - caps[0][0].data_ptr():#x} from x, width={m.width} elt={m.elementSize}"
@@ -407,7 +417,7 @@ def survey():
                 if int(p.kernelParams):
                     ptrs = (ctypes.c_void_p * len(info)).from_address(int(p.kernelParams))
                     for (o, s), ptr in zip(info, ptrs):
-                        data[o: o + s] = ctypes.string_at(ptr, s)
+                        data[o : o + s] = ctypes.string_at(ptr, s)
                 blocks.append((p, info, bytes(data)))
             (p0, info, d0), (_, _, d1) = blocks
             fname = ck(cu.cuFuncGetName(p0.func))
@@ -416,15 +426,17 @@ def survey():
             span = x0.numel() * x0.element_size()
             follows, moved = [], []
             for off in range(0, len(d0) - 7, 8):
-                v0, v1 = int.from_bytes(d0[off:off + 8], "little"), int.from_bytes(d1[off:off + 8], "little")
+                v0, v1 = int.from_bytes(d0[off : off + 8], "little"), int.from_bytes(d1[off : off + 8], "little")
                 if v0 != v1:
                     if 0 <= v0 - x0.data_ptr() < span and v1 - x1.data_ptr() == v0 - x0.data_ptr():
                         follows.append((off, v0 - x0.data_ptr()))
                     else:
                         moved.append(off)
-            print(f"  node {i}: {fname[:90]} params={len(info)} bytes={len(d0)} kernelParams={bool(int(p0.kernelParams))} "
-                  f"extra={bool(int(p0.extra or 0))} sizes={[s for _, s in info][:12]} follows_x={follows} "
-                  f"other_moved={moved[:8]}")
+            print(
+                f"  node {i}: {fname[:90]} params={len(info)} bytes={len(d0)} kernelParams={bool(int(p0.kernelParams))} "
+                f"extra={bool(int(p0.extra or 0))} sizes={[s for _, s in info][:12]} follows_x={follows} "
+                f"other_moved={moved[:8]}"
+            )
             v = cu.CUkernelNodeAttrValue()
             v.deviceUpdatableKernelNode.deviceUpdatable = 1
             attr = cu.CUkernelNodeAttrID.CU_LAUNCH_ATTRIBUTE_DEVICE_UPDATABLE_KERNEL_NODE
@@ -446,7 +458,9 @@ def main():
     steps, rounds = (200, 11) if n <= 1 << 16 else (100, 5) if n <= 1 << 20 else (10, 3)
     rows = run_costs(n, steps, rounds, variants)
     for name, (wall, host, ok) in rows.items():
-        print(f"n={n:>9} ({n * 4 // 1024:>6} KB) {name:14s} wall {wall:9.2f} host {host:8.2f} us/step  {ok}", flush=True)
+        print(
+            f"n={n:>9} ({n * 4 // 1024:>6} KB) {name:14s} wall {wall:9.2f} host {host:8.2f} us/step  {ok}", flush=True
+        )
 
 
 if __name__ == "__main__":
