@@ -14,7 +14,7 @@ import torch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
-NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda"}  # pages whose examples need a front end
+NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda", "cutile.md": "cuda.tile"}  # pages needing a front end
 HAS_GPU = torch.cuda.is_available()
 
 
@@ -32,6 +32,14 @@ _AFTER_CPU: dict[str, dict] = {}
 def run(page: Path, gpu: bool) -> None:
     if page.name in NEEDS:
         pytest.importorskip(NEEDS[page.name])
+    if page.name == "cutile.md":  # its examples compile: cuTile's compiler must run here
+        from launchpad import UnsupportedVersion
+        from launchpad.frontends.cutile.versions import check_tileiras
+
+        try:
+            check_tileiras("sm_90")
+        except UnsupportedVersion as exc:
+            pytest.skip(f"cuTile cannot compile here: {exc}")
     if page.name == "numba.md":
         import numpy as np
 
