@@ -4,6 +4,7 @@ only where there is one (the ``gpu`` test of the page); the others run everywher
 
 from __future__ import annotations
 
+import linecache
 import re
 import sys
 import types
@@ -54,7 +55,9 @@ def run(page: Path, gpu: bool) -> None:
     for i, (needs_gpu, code) in enumerate(blocks(page)):
         if needs_gpu != gpu and (needs_gpu or resumed):  # GPU blocks need one; CPU blocks ran already
             continue
-        exec(compile(code, f"{page.name} block {i + 1}", "exec"), namespace)
+        where = f"{page.name} block {i + 1}"
+        linecache.cache[where] = (len(code), None, code.splitlines(True), where)  # inspect.getsource finds it (cuTile)
+        exec(compile(code, where, "exec"), namespace)
     if not gpu:
         _AFTER_CPU[page.name] = namespace
 
