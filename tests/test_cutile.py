@@ -9,6 +9,7 @@ tests skip, saying which is missing.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import struct
 import subprocess
@@ -331,3 +332,60 @@ def test_missing_or_old_tileiras_is_named(monkeypatch):
     with pytest.raises(UnsupportedVersion, match=r"tileiras 13.2; compiling for sm_90 needs tileiras >= 13.3"):
         launchpad.from_cutile(vector_add, (torch.randn(64),) * 3 + (16,), arch="sm_90")
     versions.check_tileiras("sm_100")  # Blackwell from 13.1
+
+
+# --- the compiled executor takes cuTile arrays itself, and hands every refusal over -----------------
+
+
+@pytest.fixture
+def handed_over(monkeypatch):
+    """Launches the compiled executor handed to the Python one (counted at the Python launch)."""
+    from launchpad.launch import pylaunch
+
+    counted: list[int] = []
+    build_python = pylaunch.build
+
+    def counting(spec, runtime, devices):
+        made = build_python(spec, runtime, devices)
+        inner = made.launch
+        made.launch = lambda *a, **kw: (counted.append(1), inner(*a, **kw))[1]
+        return made
+
+    monkeypatch.setattr(pylaunch, "build", counting)
+    return counted
+
+
+@needs_tileiras
+def test_compiled_executor_takes_arrays_and_hands_refusals_over(monkeypatch, handed_over):
+    from conftest import FakeGPU, executor_available
+
+    if executor_available("compiled"):
+        pytest.skip(executor_available("compiled"))
+    gpu = FakeGPU(monkeypatch, "compiled")
+    va = gpu.install(type(build("vector_add"))(build("vector_add").spec, compiled=True))
+    c2 = gpu.install(type(build("copy2d"))(build("copy2d").spec, compiled=True))
+    x, base, out = torch.randn(64), torch.randn(12, 10), torch.empty(5, 8)
+    va[4](x, x, x, 16)
+    c2[(1, 1)](base[1:9, ::2].t(), out)  # any strides: taken in C, with its strides
+    c2[(1, 1)](base[:5, :8], out)
+    assert handed_over == []
+    assert gpu.launches[1].params[:5] == q(base.data_ptr() + 40, 5, 8, 2, 10)
+    assert gpu.launches[2].params[:5] == q(base.data_ptr(), 5, 8, 10, 1)
+    refused = [lambda: va[4](x[1:17], x, x), lambda: va[4](x[::2], x, x), lambda: va[4](x[:40], x, x),
+               lambda: c2[(1, 1)](torch.randn(1, 8).expand(5, 8), out),
+               lambda: va[4](x.double(), x, x)]  # fmt: skip
+    for i, call in enumerate(refused):
+        with pytest.raises(ArgumentError):
+            call()
+        assert len(handed_over) == i + 1
+    assert len(gpu.launches) == 3
+    # a stride's lower bound, checked in C too: a launch that keeps it is taken, one that breaks it handed over
+    spec = build("copy2d").spec
+    args = list(spec.args)
+    args[0] = dataclasses.replace(args[0], options={**args[0].options, "stride_min": [3, 1]})
+    strict = gpu.install(type(build("copy2d"))(spec.replace(args=tuple(args)), compiled=True))
+    strict[(1, 1)](base[:5, :8], out)
+    assert len(handed_over) == 5
+    with pytest.raises(ArgumentError, match=r"stride\[0\] is 2; .* at least 3"):
+        strict[(1, 1)](base[1:9, ::2].t(), out)
+    assert len(handed_over) == 6

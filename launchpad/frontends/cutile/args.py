@@ -19,9 +19,12 @@ the argument and the assumption:
 
 Aliasing between different arrays (``alias_groups``) is a promise cuTile does not check either.
 
-For each constraint one converter is made once; its torch path is one generated expression of
-integer comparisons; anything else (another array type, a failed check) goes to
-:func:`_convert_slow`, which takes objects with ``__cuda_array_interface__`` and words the errors.
+The compiled executor reads torch tensors itself and checks the same rules in C
+(``OP_TILE_ARRAY`` in ``launchpad/launch/_claunch/values.c``); anything it does not take goes to
+the Python executor, which calls the converter here. For each constraint one converter is made
+once; its torch path is one generated expression of integer comparisons (C-contiguous tensors);
+anything else (strided views, other array types, a failed check) goes to :func:`_convert_slow`,
+which takes objects with ``__cuda_array_interface__``, applies every rule and words the errors.
 This module must not import cuTile: a saved cuTile kernel (:func:`launchpad.load`) launches
 without it. It registers ``CONVERTERS["cutile_array"]``.
 """
