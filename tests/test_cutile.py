@@ -249,7 +249,11 @@ def test_index_range_and_every_promise_checked_by_the_converter():
 # --- signatures: derived as ct.launch derives them, and what launchpad refuses -------------------
 
 
-def test_signature_rules_without_a_driver():
+def test_signature_rules_without_a_driver(monkeypatch):
+    def no_driver(*args, **kw):
+        raise OSError("libcuda.so.1: cannot open shared object file")  # what cuTile raises without a driver
+
+    monkeypatch.setattr(KernelSignature, "from_kernel_args", staticmethod(no_driver))
     x = torch.randn(64)
     sig = signature_from_args(vector_add, (x[1:17], x[:32], x[::2], 16))
     a, b, c, tile = sig.parameters

@@ -45,7 +45,7 @@ def build(kernel: Any, args: tuple) -> tuple[Any, str]:
     if not _cannot_compile:
         try:
             return launchpad.from_cutile(kernel, signature), "compiled here by tileiras"
-        except (launchpad.UnsupportedVersion, launchpad.CompileError) as exc:
+        except (launchpad.UnsupportedVersion, launchpad.CompileError, launchpad.NoDeviceError) as exc:
             _cannot_compile.append(str(exc).strip().splitlines()[0][:300])
     path = cubin_folder() / f"{signature.symbol}.cubin"
     if not path.is_file():

@@ -125,10 +125,11 @@ def from_cutile(
     if not isinstance(kernel, ct.kernel):
         raise ArgumentTypeError(f"from_cutile takes a @ct.kernel function, got {type(kernel).__name__}")
     name = pyfunc_of(kernel).__name__
-    signature = _signature(kernel, name, args_or_signature, calling_convention)
-    if cubin is None:
+    if cubin is None:  # the compiler first: a missing one is named before any argument is read
         target = toolchain.resolve_arch(arch)
         check_tileiras(target)
+    signature = _signature(kernel, name, args_or_signature, calling_convention)
+    if cubin is None:
         image = _export(kernel, name, signature, target)
     else:
         image, kind = read_image(cubin)
