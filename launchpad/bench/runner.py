@@ -27,6 +27,7 @@ from typing import Any
 from . import harness
 from .harness import add_ratios, measure, measure_e2e, record_e2e, record_samples, set_up
 from .report import LAUNCH_HEADER, format_table, launch_rows, markdown_table, ratio_text, us, write_json, write_png
+from .sequence_section import sequence_section, sequence_tables
 from .targets import evaluate
 
 SCHEMA = "launchpad.bench/1"
@@ -179,28 +180,6 @@ def sweep_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[
     }
 
 
-def sequence_section(ctx: Any, cfg: Config, log: Callable[[str], None]) -> dict[str, Any]:
-    import torch
-
-    from .sequences import KERNELS, UPDATED, sequence_entries
-
-    sync = torch.cuda.synchronize
-    log(f"recorded sequences: a step of {KERNELS} kernels, 2 new tensors and 1 new scalar each")
-    launchers, results = set_up(sequence_entries(), ctx, sync=sync, log=log)
-    samples, errors = measure(launchers, rounds=cfg.sequence_rounds, batch=cfg.sequence_batch,
-                              warmup=cfg.sequence_batch, sync=sync)  # fmt: skip
-    for lc in launchers:
-        record_samples(results[lc.key], samples[lc.key], errors.get(lc.key))
-    add_ratios(results, "c_floor")
-    return {
-        "floor": "c_floor",
-        "kernels": KERNELS,
-        "updated": list(UPDATED),
-        "kernel": f"out[j][i] = a * x[i] + y[i], 1024 floats, grid 1, block 1024, {KERNELS} kernels a step",
-        "results": results,
-    }
-
-
 def compile_section(
     sections: set[str], cfg: Config, arch: str, gpu: bool, log: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -299,11 +278,7 @@ def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool)
         )
     seq = report.get("sequence")
     if seq and "results" in seq:
-        parts.append(
-            f"{head}Recorded sequences\n\n{seq['kernel']}; each figure is per kernel (a step's time / "
-            f"{seq['kernels']}), its ratio to one C-floor launch of the same run.\n\n"
-            + table(["launcher", "us per kernel", "p10-p90", "x floor"], [r[:4] for r in launch_rows(seq["results"])])
-        )
+        parts += sequence_tables(seq, head, table)
     comp = report.get("compile")
     if comp and "error" not in comp:
         parts.append(f"{head}Compile, load and import times\n\n" + table(*compile_table(comp)))
@@ -401,7 +376,7 @@ def run(
             if "sweep" in sections:
                 section("sweep", lambda: sweep_section(ctx, cfg, patterns, log))
             if "sequence" in sections:
-                section("sequence", lambda: sequence_section(ctx, cfg, log))
+                section("sequence", lambda: sequence_section(ctx, cfg.sequence_rounds, cfg.sequence_batch, log))
     report["targets"] = [t.to_json() for t in evaluate(report)]
     report.setdefault("elapsed_s", {})["total"] = round(time.perf_counter() - started, 2)
 

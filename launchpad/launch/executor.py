@@ -41,6 +41,9 @@ _FLOAT_KINDS = {"fp16": SK_F16, "bf16": SK_BF16, "fp32": SK_F32, "fp64": SK_F64}
 _claunch: Any
 try:
     from . import _claunch
+
+    if not hasattr(_claunch, "Launcher"):  # the folder of its C sources, imported as a namespace package
+        raise ImportError("only its C sources are here: build it with `python setup.py build_ext --inplace`")
 except ImportError as exc:  # not built: no C compiler at install time, or a source tree without it
     _claunch = None
     _import_error = f"the compiled module is not built ({exc})"
