@@ -232,6 +232,8 @@ int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObjec
 /* values.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch), and its DLPack
  * dtype word (code | bits << 8 | lanes << 16). */
 int lp_on_device(const DLTensor *t, int device);
+/* OP_TILE_ARRAY (tile.c): LP_OK, or LP_FALLBACK for the Python executor to decide. */
+int lp_run_tile_array(Launch *L, const Op *op, PyObject *value);
 uint32_t lp_dtype_word(const DLTensor *t);
 /* values.c: a scalar into a slot's bytes at ``at`` as a launch packs it (LP_OK or LP_FALLBACK;
  * never raises); pointer and bytes slots are not scalars (LP_FALLBACK). */
