@@ -393,3 +393,37 @@ def test_compiled_executor_takes_arrays_and_hands_refusals_over(monkeypatch, han
     with pytest.raises(ArgumentError, match=r"stride\[0\] is 2; .* at least 3"):
         strict[(1, 1)](base[1:9, ::2].t(), out)
     assert len(handed_over) == 6
+
+
+# --- where cuTile cannot compile (the GPU machine): carried cubins, for launchpad and ct.launch ------
+
+
+@needs_tileiras
+def test_carried_cubins_stand_in_for_tileiras(tmp_path, monkeypatch):
+    from launchpad.bench import cutile as carry
+    from launchpad.bench.harness import Missing
+    from launchpad.frontends.cutile import frontend
+
+    x = torch.randn(64)
+    args = (x, x, x, 16)
+    compiled = build("vector_add")
+    signature = signature_from_args(vector_add, args)
+    (tmp_path / f"{signature.symbol}.cubin").write_bytes(compiled.image)
+    monkeypatch.setenv("LAUNCHPAD_CUTILE_CUBINS", str(tmp_path))
+    monkeypatch.setattr(carry, "_cannot_compile", [])
+
+    def no_compiler(arch):
+        raise UnsupportedVersion("cuTile's compiler tileiras (PyPI nvidia-cuda-tileiras) is not found")
+
+    monkeypatch.setattr(frontend, "check_tileiras", no_compiler)
+    kernel, how = carry.build(vector_add, args)
+    assert kernel.spec == compiled.spec and how == f"carried cubin {signature.symbol}.cubin"
+    undo = carry.carried_compile(vector_add)  # what ct.launch's cache miss calls: the same cubin, no tileiras
+    try:
+        image, symbol, smem, providers = vector_add._compile(signature.with_symbol(None), None, (9, 0))
+        assert (image, symbol, smem, providers) == (compiled.image, signature.symbol, None, ())
+    finally:
+        undo()
+    assert "_compile" not in vars(vector_add)
+    with pytest.raises(Missing, match=r"cuTile cannot compile here \(.*\) and no cubin is carried for vector_add_Kt1_"):
+        carry.build(vector_add, (x[1:17], x, x, 16))
