@@ -1,7 +1,8 @@
 """launchpad: launch CUDA kernels from Python with the lowest overhead Python can reach.
 
 C++ kernels compiled at run time (:func:`compile_cuda`), Triton kernels (:func:`from_triton`,
-:func:`load_triton`, :func:`triton_launcher`) and Numba kernels (:func:`from_numba`) all become
+:func:`load_triton`, :func:`triton_launcher`), Numba kernels (:func:`from_numba`) and cuTile
+kernels (:func:`from_cutile`) all become
 one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current stream with one packed
 argument buffer, by the compiled executor where it is built and the Python one otherwise.
 """
@@ -26,6 +27,7 @@ from .errors import (
     UnsupportedVersion,
 )
 from .frontends.cpp.compiler import compile_cuda, compile_cuda_module, compile_cuda_object, link
+from .frontends.cutile.frontend import from_cutile
 from .frontends.numba.frontend import from_numba
 from .frontends.triton.cache_folder import load_triton
 from .frontends.triton.in_process import from_triton
@@ -37,6 +39,7 @@ from .torch_ops import torch_op
 
 # isort: split
 # Converters for arguments that expand into several parameters, and launch hooks, register on import.
+from .frontends.cutile import args as _cutile_args  # noqa: F401
 from .frontends.numba import args as _numba_args  # noqa: F401
 from .frontends.triton import hooks as _triton_hooks  # noqa: F401
 from .frontends.triton import tensordesc as _tensordesc  # noqa: F401
@@ -68,6 +71,7 @@ __all__ = [
     "compile_cuda",
     "compile_cuda_module",
     "compile_cuda_object",
+    "from_cutile",
     "from_image",
     "from_numba",
     "from_triton",

@@ -310,10 +310,10 @@ def run(
 ) -> int:
     """Run the selected benchmarks; write ``latest.json``, ``latest.md`` and ``latest.png``
     into ``out``. Returns the exit status (2: nothing could run, 1: a section failed)."""
-    from .launchers import LAUNCH_KEYS
+    from .launchers import GROUPS, LAUNCH_KEYS
 
     try:
-        sections, patterns = parse_only(only, LAUNCH_KEYS)
+        sections, patterns = parse_only([p for t in only for p in GROUPS.get(t, [t])], LAUNCH_KEYS)
     except UsageError as exc:
         print(f"launchpad bench: {exc}", file=sys.stderr)
         return 2

@@ -17,6 +17,8 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "triton": ("triton",),
     "numba": ("numba",),
     "numba-cuda": ("numba-cuda",),
+    "cuda-tile": ("cuda-tile",),
+    "tileiras": ("nvidia-cuda-tileiras",),
     "cuda-core": ("cuda-core",),
     "cuda-bindings": ("cuda-bindings",),
     "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x"),
