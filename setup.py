@@ -10,12 +10,13 @@ import os
 
 from setuptools import Extension, setup
 
-SOURCES = ["module.c", "plan.c", "launcher.c", "configured.c", "values.c", "bound.c", "dispatch.c", "replay.c"]
+SOURCES = ["module.c", "plan.c", "launcher.c", "configured.c", "values.c", "tile.c", "bound.c", "dispatch.c",
+           "replay.c", "replay_new.c"]
 
 claunch = Extension(
     "launchpad.launch._claunch",
     sources=[f"launchpad/launch/_claunch/{name}" for name in SOURCES],
-    depends=["launchpad/launch/_claunch/claunch.h"],
+    depends=["launchpad/launch/_claunch/claunch.h", "launchpad/launch/_claunch/replay.h"],
     extra_compile_args=[
         "-O2",
         "-std=c11",

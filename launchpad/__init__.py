@@ -1,9 +1,9 @@
 """launchpad: launch CUDA kernels from Python with the lowest overhead Python can reach.
 
 C++ kernels compiled at run time (:func:`compile_cuda`), Triton kernels (:func:`from_triton`,
-:func:`load_triton`, :func:`triton_launcher`), Numba kernels (:func:`from_numba`) and the Triton
-kernels of Helion's host functions (:func:`helion_kernel`) all become
-one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current stream with one packed
+:func:`load_triton`, :func:`triton_launcher`), Numba kernels (:func:`from_numba`), cuTile kernels
+(:func:`from_cutile`) and the Triton kernels of Helion's host functions (:func:`helion_kernel`) all
+become one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current stream with one packed
 argument buffer, by the compiled executor where it is built and the Python one otherwise.
 """
 
@@ -29,6 +29,7 @@ from .errors import (
     UnsupportedVersion,
 )
 from .frontends.cpp.compiler import compile_cuda, compile_cuda_module, compile_cuda_object, link
+from .frontends.cutile.frontend import from_cutile
 from .frontends.helion.kernel import HelionKernel
 from .frontends.numba.frontend import from_numba
 from .frontends.triton.cache_folder import load_triton
@@ -41,6 +42,7 @@ from .torch_ops import torch_op
 
 # isort: split
 # Converters for arguments that expand into several parameters, and launch hooks, register on import.
+from .frontends.cutile import args as _cutile_args  # noqa: F401
 from .frontends.numba import args as _numba_args  # noqa: F401
 from .frontends.triton import hooks as _triton_hooks  # noqa: F401
 from .frontends.triton import tensordesc as _tensordesc  # noqa: F401
@@ -73,6 +75,7 @@ __all__ = [
     "compile_cuda",
     "compile_cuda_module",
     "compile_cuda_object",
+    "from_cutile",
     "from_image",
     "from_numba",
     "from_triton",

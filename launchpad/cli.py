@@ -312,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         action="append",
         metavar="NAMES",
-        help="comma-separated sections (launch, sweep, compile, import) and/or launcher names (globs allowed)",
+        help="comma-separated sections (launch, sweep, compile, import), groups (cutile) and/or launcher names "
+        "(globs allowed)",
     )
     p.add_argument("--load-inline", action="store_true", help="also time torch load_inline (slow: tens of seconds)")
     p.add_argument("--rounds", type=int, default=None, help="override the number of timed batches per launcher")

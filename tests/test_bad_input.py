@@ -1166,7 +1166,8 @@ def fake_driver(env: Env, fake_gpu: Any, monkeypatch: pytest.MonkeyPatch, device
         "multiprocessor_count": 132,
         "max_oversized_shared_memory_per_block": 0,
     }
-    monkeypatch.setattr(_driver, "device_attribute", lambda device, name: device_attrs[name])
+    for where in (_driver, _driver.device):  # the package's name, and the one the driver's own queries call
+        monkeypatch.setattr(where, "device_attribute", lambda device, name: device_attrs[name])
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: {"shared_size_bytes": 0}[name])
     monkeypatch.setattr(_driver, "set_max_dynamic_shared", _reached_the_driver)
     monkeypatch.setattr(_driver, "max_active_blocks_per_sm", lambda function, threads, shared: 2)

@@ -282,6 +282,7 @@ def test_targets_pass_on_good_figures():
         sequence=GOOD_SEQUENCE,
         helion=GOOD_HELION,
     )
+    report["sequence"]["sizes"] = {"16 KB": {"seq_new": 28.0, "torch_copy": 30.0, "ratio": 28 / 30}}
     results = targets.evaluate(report)
     assert [t.status for t in results] == ["PASS"] * len(targets.TARGETS), results
     first = by_prefix(report, "Kernel.launch, 3-arg")
@@ -291,8 +292,8 @@ def test_targets_pass_on_good_figures():
     )
 
 
-GOOD_SEQUENCE = {"c_floor": 3600, "seq_one_by_one": 4300, "seq_torch_graph": 2100, "seq_plain": 1100,
-                 "seq_new_1": 1200, "seq_new_4": 1250, "seq_new_20": 1500}  # ns per kernel  # fmt: skip
+GOOD_SEQUENCE = {"c_floor": 3600, "seq_one_by_one": 4300, "seq_torch_graph": 2100, "seq_plain": 700,
+                 "seq_new_1": 750, "seq_new_4": 780, "seq_new_20": 850}  # ns per kernel  # fmt: skip
 
 
 GOOD_HELION = {"add": {"helion_add": 67000, "lp_helion_add": 15000}, "matmul": {"helion_matmul": 60000,
@@ -323,15 +324,32 @@ def test_helion_tables_render_each_kernel():
 
 
 def test_the_sequence_target():
-    t = by_prefix(make_report(sequence=GOOD_SEQUENCE), "recorded sequence")
+    t = by_prefix(make_report(sequence=GOOD_SEQUENCE), "recorded sequence of 20")
     assert t.status == "PASS" and t.measured == (
-        "0.417x of 20 floor launches (limit 0.45x); 2.87x faster than the launches one by one (needs 2.5x); 1.40x "
+        "0.236x of 20 floor launches (limit 0.25x); 5.06x faster than the launches one by one (needs 2.5x); 2.47x "
         "faster than torch's CUDAGraph after copy_"
     )
-    for slower in ({"seq_new_20": 1650}, {"seq_one_by_one": 3700}, {"seq_torch_graph": 1450}):
-        assert by_prefix(make_report(sequence=dict(GOOD_SEQUENCE, **slower)), "recorded sequence").status == "FAIL"
+    for slower in ({"seq_new_20": 950}, {"seq_one_by_one": 2000}, {"seq_torch_graph": 800}):
+        assert (
+            by_prefix(make_report(sequence=dict(GOOD_SEQUENCE, **slower)), "recorded sequence of 20").status == "FAIL"
+        )
     missing = make_report(sequence={k: v for k, v in GOOD_SEQUENCE.items() if k != "seq_torch_graph"})
-    assert by_prefix(missing, "recorded sequence").status == "N/A"
+    assert by_prefix(missing, "recorded sequence of 20").status == "N/A"
+
+
+def test_the_sizes_target():
+    report = make_report(sequence=GOOD_SEQUENCE)
+    sizes = {"16 KB": {"seq_new": 28.0, "torch_copy": 30.0, "ratio": 28 / 30},
+             "256 MB": {"seq_new": 5835.0, "torch_copy": 6200.0, "ratio": 5835 / 6200}}  # fmt: skip
+    report["sequence"]["sizes"] = sizes
+    t = by_prefix(report, "recorded sequence, GPU-bound")
+    assert t.status == "PASS" and t.measured == "record / torch graph + copy_: 16 KB 0.933x, 256 MB 0.941x"
+    sizes["16 KB"] = {"seq_new": 32.0, "torch_copy": 30.0, "ratio": 32 / 30}
+    assert by_prefix(report, "recorded sequence, GPU-bound").status == "FAIL"
+    sizes["16 KB"] = {"error": "CudaError: out of memory"}
+    assert by_prefix(report, "recorded sequence, GPU-bound").status == "FAIL"
+    del report["sequence"]["sizes"]
+    assert by_prefix(report, "recorded sequence, GPU-bound").status == "N/A"
 
 
 def test_targets_fail_on_each_bound():

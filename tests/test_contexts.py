@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from launchpad import CudaError
+from launchpad import CudaError, UnsupportedVersion
 from launchpad.core import driver as _driver
+from launchpad.core.driver import device as _device
+from launchpad.core.driver import modules as _modules
 
 CTX = {0: 0xC0, 1: 0xC1}
 SUCCESS = _driver.SUCCESS
@@ -25,9 +27,9 @@ class ScriptedDriver:
         self.calls: list[str] = []
         for name in ("cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxPushCurrent", "cuCtxPopCurrent",
                      "cuModuleLoadData", "cuModuleGetFunction", "cuModuleUnload"):  # fmt: skip
-            monkeypatch.setattr(_driver._cu, name, getattr(self, name))
-        monkeypatch.setattr(_driver, "_primary", dict(CTX))
-        monkeypatch.setattr(_driver, "_modules", {})
+            monkeypatch.setattr(_device._cu, name, getattr(self, name))
+        monkeypatch.setattr(_device, "_primary", dict(CTX))
+        monkeypatch.setattr(_modules, "_modules", {})
 
     @property
     def current(self) -> int:
@@ -139,18 +141,18 @@ def test_a_launch_failing_in_the_right_context_raises_with_the_cuda_error(monkey
 )  # fmt: skip
 def test_a_driver_older_than_the_bindings_need_is_named_at_first_use(monkeypatch, bindings, driver, message):
     """The first driver call (cuInit) checks the driver against the installed cuda-bindings."""
-    monkeypatch.setattr(_driver, "bindings_version", lambda: bindings)
-    monkeypatch.setattr(_driver, "_driver_release", lambda: "570.86.15")
-    monkeypatch.setattr(_driver, "_initialized", False)
-    monkeypatch.setattr(_driver._cu, "cuInit", lambda flags: (SUCCESS,))
-    monkeypatch.setattr(_driver._cu, "cuDriverGetVersion", lambda: (SUCCESS, driver))
+    monkeypatch.setattr(_device, "bindings_version", lambda: bindings)
+    monkeypatch.setattr(_device, "_driver_release", lambda: "570.86.15")
+    monkeypatch.setattr(_device, "_initialized", False)
+    monkeypatch.setattr(_device._cu, "cuInit", lambda flags: (SUCCESS,))
+    monkeypatch.setattr(_device._cu, "cuDriverGetVersion", lambda: (SUCCESS, driver))
     if message is None:
         _driver.init()
-        assert _driver._initialized
+        assert _device._initialized
         return
-    with pytest.raises(_driver.UnsupportedVersion) as e:
+    with pytest.raises(UnsupportedVersion) as e:
         _driver.init()
-    assert str(e.value) == message and not _driver._initialized
+    assert str(e.value) == message and not _device._initialized
 
 
 def test_the_driver_release_is_read_from_the_kernel_module(monkeypatch, tmp_path):
@@ -161,4 +163,4 @@ def test_the_driver_release_is_read_from_the_kernel_module(monkeypatch, tmp_path
     real_open = builtins.open
     monkeypatch.setattr(builtins, "open", lambda p, *a, **k: real_open(version if p == "/proc/driver/nvidia/version"
                                                                        else p, *a, **k))  # fmt: skip
-    assert _driver._driver_release() == "580.159.04"
+    assert _device._driver_release() == "580.159.04"

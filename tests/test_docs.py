@@ -4,6 +4,7 @@ only where there is one (the ``gpu`` test of the page); the others run everywher
 
 from __future__ import annotations
 
+import linecache
 import re
 import sys
 import types
@@ -14,7 +15,7 @@ import torch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
-NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda", "helion.md": "helion"}  # pages needing a front end
+NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda", "cutile.md": "cuda.tile", "helion.md": "helion"}
 HAS_GPU = torch.cuda.is_available()
 
 
@@ -32,6 +33,14 @@ _AFTER_CPU: dict[str, dict] = {}
 def run(page: Path, gpu: bool) -> None:
     if page.name in NEEDS:
         pytest.importorskip(NEEDS[page.name])
+    if page.name == "cutile.md":  # its examples compile: cuTile's compiler must run here
+        from launchpad import UnsupportedVersion
+        from launchpad.frontends.cutile.versions import check_tileiras
+
+        try:
+            check_tileiras("sm_90")
+        except UnsupportedVersion as exc:
+            pytest.skip(f"cuTile cannot compile here: {exc}")
     if page.name == "numba.md":
         import numpy as np
 
@@ -46,7 +55,9 @@ def run(page: Path, gpu: bool) -> None:
     for i, (needs_gpu, code) in enumerate(blocks(page)):
         if needs_gpu != gpu and (needs_gpu or resumed):  # GPU blocks need one; CPU blocks ran already
             continue
-        exec(compile(code, f"{page.name} block {i + 1}", "exec"), namespace)
+        where = f"{page.name} block {i + 1}"
+        linecache.cache[where] = (len(code), None, code.splitlines(True), where)  # inspect.getsource finds it (cuTile)
+        exec(compile(code, where, "exec"), namespace)
     if not gpu:
         _AFTER_CPU[page.name] = namespace
 

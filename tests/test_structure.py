@@ -16,12 +16,8 @@ LIMIT = 420  # "about 400 lines"
 #: Each part of the package and the parts it may import (besides itself and ``launchpad.errors``),
 #: as each folder's ``__init__.py`` says. A module belongs to the longest prefix listed.
 LIBRARY = ("launchpad.core", "launchpad.launch", "launchpad.kernel")
-FRONT_ENDS = (
-    "launchpad.frontends.cpp",
-    "launchpad.frontends.triton",
-    "launchpad.frontends.numba",
-    "launchpad.frontends.helion",
-)
+FRONT_ENDS = ("launchpad.frontends.cpp", "launchpad.frontends.triton", "launchpad.frontends.numba",
+              "launchpad.frontends.cutile", "launchpad.frontends.helion")  # fmt: skip
 ALLOWED: dict[str, tuple[str, ...]] = {
     "launchpad.errors": (),
     "launchpad.core": (),

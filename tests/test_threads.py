@@ -151,7 +151,7 @@ def test_launch_attribute_table_under_threads():
         out = []
         for j in range(200):
             cluster, coop, pdl = combos[(i + j) % len(combos)]
-            attrs = _driver._launch_attributes(cluster, coop, pdl, False)
+            attrs = _driver.launch._launch_attributes(cluster, coop, pdl, False)
             out.append((len(attrs), (cluster is not None) + coop + pdl))
         return out
 

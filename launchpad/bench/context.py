@@ -226,6 +226,18 @@ class Context:
 
         return self.once(f"sweep{k}", build)
 
+    def load_module(self, name: str, source: str) -> Any:
+        """A Python module made from ``source``, written to the work folder first: Triton reads the
+        source of the module a kernel comes from."""
+        path = self.workdir / f"{name}.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(name, path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module
+
     def sweep_cpp(self, k: int) -> Any:
         """The C++ kernel of the k-pointer sweep point."""
         import launchpad
@@ -236,15 +248,7 @@ class Context:
         def build() -> SimpleNamespace:
             mods = _import_triton()
             s = self.sweep(k)
-            path = self.workdir / f"lp_bench_sweep{k}.py"
-            path.write_text(sweep_triton_source(k))
-            name = f"lp_bench_sweep{k}"
-            spec = importlib.util.spec_from_file_location(name, path)
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module  # Triton reads the source of a module it can find
-            spec.loader.exec_module(module)
-            fn = getattr(module, f"ptrs{k}")
+            fn = getattr(self.load_module(f"lp_bench_sweep{k}", sweep_triton_source(k)), f"ptrs{k}")
             compiled = fn[(1,)](*s.ptrs, SWEEP_N, BLOCK=SWEEP_N)
             self.torch.cuda.synchronize()
             return SimpleNamespace(**vars(mods), fn=fn, compiled=compiled)

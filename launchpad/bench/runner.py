@@ -4,7 +4,7 @@ Sections: ``compile`` (compile and load times), ``import`` (import time, fresh p
 ``launch`` (launch overhead of every launcher, and end to end), ``sweep`` (per-launch cost
 against the number of pointer arguments), ``sequence`` (recorded sequences against their anchors,
 :mod:`launchpad.bench.sequences`), ``helion`` (Helion kernels, :mod:`launchpad.bench.helion`). The
-last four need a GPU. (A little over 400 lines: each section's entry and table stay with the command.)
+last four need a GPU.
 
 Results go to ``<out>/latest.json`` (versions, configuration and every sample),
 ``latest.md`` (tables for the README) and ``latest.png`` (chart); tables and the targets'
@@ -29,6 +29,7 @@ from . import harness
 from .harness import add_ratios, measure, measure_e2e, record_e2e, record_samples, set_up
 from .helion import helion_section, helion_tables
 from .report import LAUNCH_HEADER, format_table, launch_rows, markdown_table, ratio_text, us, write_json, write_png
+from .sequence_section import sequence_section, sequence_tables
 from .targets import evaluate
 
 SCHEMA = "launchpad.bench/1"
@@ -181,28 +182,6 @@ def sweep_section(ctx: Any, cfg: Config, patterns: Sequence[str], log: Callable[
     }
 
 
-def sequence_section(ctx: Any, cfg: Config, log: Callable[[str], None]) -> dict[str, Any]:
-    import torch
-
-    from .sequences import KERNELS, UPDATED, sequence_entries
-
-    sync = torch.cuda.synchronize
-    log(f"recorded sequences: a step of {KERNELS} kernels, 2 new tensors and 1 new scalar each")
-    launchers, results = set_up(sequence_entries(), ctx, sync=sync, log=log)
-    samples, errors = measure(launchers, rounds=cfg.sequence_rounds, batch=cfg.sequence_batch,
-                              warmup=cfg.sequence_batch, sync=sync)  # fmt: skip
-    for lc in launchers:
-        record_samples(results[lc.key], samples[lc.key], errors.get(lc.key))
-    add_ratios(results, "c_floor")
-    return {
-        "floor": "c_floor",
-        "kernels": KERNELS,
-        "updated": list(UPDATED),
-        "kernel": f"out[j][i] = a * x[i] + y[i], 1024 floats, grid 1, block 1024, {KERNELS} kernels a step",
-        "results": results,
-    }
-
-
 def compile_section(
     sections: set[str], cfg: Config, arch: str, gpu: bool, log: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -301,11 +280,7 @@ def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool)
         )
     seq = report.get("sequence")
     if seq and "results" in seq:
-        parts.append(
-            f"{head}Recorded sequences\n\n{seq['kernel']}; each figure is per kernel (a step's time / "
-            f"{seq['kernels']}), its ratio to one C-floor launch of the same run.\n\n"
-            + table(["launcher", "us per kernel", "p10-p90", "x floor"], [r[:4] for r in launch_rows(seq["results"])])
-        )
+        parts += sequence_tables(seq, head, table)
     if report.get("helion") and "error" not in report["helion"]:
         parts.append(helion_tables(report["helion"], table, head))
     comp = report.get("compile")
@@ -339,10 +314,10 @@ def run(
 ) -> int:
     """Run the selected benchmarks; write ``latest.json``, ``latest.md`` and ``latest.png``
     into ``out``. Returns the exit status (2: nothing could run, 1: a section failed)."""
-    from .launchers import LAUNCH_KEYS
+    from .launchers import GROUPS, LAUNCH_KEYS
 
     try:
-        sections, patterns = parse_only(only, LAUNCH_KEYS)
+        sections, patterns = parse_only([p for t in only for p in GROUPS.get(t, [t])], LAUNCH_KEYS)
     except UsageError as exc:
         print(f"launchpad bench: {exc}", file=sys.stderr)
         return 2
@@ -405,7 +380,7 @@ def run(
             if "sweep" in sections:
                 section("sweep", lambda: sweep_section(ctx, cfg, patterns, log))
             if "sequence" in sections:
-                section("sequence", lambda: sequence_section(ctx, cfg, log))
+                section("sequence", lambda: sequence_section(ctx, cfg.sequence_rounds, cfg.sequence_batch, log))
             if "helion" in sections:
                 section("helion", lambda: helion_section(cfg, log))
     report["targets"] = [t.to_json() for t in evaluate(report)]

@@ -6,10 +6,12 @@ ratio is to one C-floor launch): the 20 launches one by one through launchpad; t
 ``CUDAGraph`` replayed after ``copy_`` of the new tensors into its static inputs and the scalar
 into a device tensor (its kernels read the scalar from memory); the recorded sequence replayed
 with nothing new (the lower bound); and the recorded sequence replayed with the new inputs, read
-by all 20 kernels, by 4 or by 1 (how the cost grows with the nodes updated). Steps rotate among
-four input sets. Like the launch overhead, each is the host's cost: batches of steps without a
-synchronization inside (the GPU runs behind; its time per node is not what is measured). Every
-launcher's last step is checked against torch.
+by all 20 kernels, by 4 or by 1 (how the cost grows with the nodes updated), and with its nodes
+updated from the host instead of the device. Steps rotate among four input sets. Two figures per
+launcher: the host's cost (batches of steps without a synchronization inside: the GPU runs
+behind) and the wall time of a GPU-bound loop of steps closed by one synchronization (what the
+GPU's own work per step costs, updates included). Every launcher's last step is checked against
+torch.
 """
 
 from __future__ import annotations
@@ -127,12 +129,34 @@ def torch_graph(ctx: Any) -> Timed:
                  note="x_s.copy_(x); y_s.copy_(y); a_s.fill_(a); graph.replay(); time / 20")  # fmt: skip
 
 
-def _sequence(ctx: Any, reads: int, compiled: bool | None = None) -> tuple[Step, Any]:
+def graph_alone(ctx: Any) -> Timed:
+    s, torch = _step(ctx), ctx.torch
+    k = s.axpby[1, N]
+    x, y, a = s.inputs[0]
+    k(a, x, y, s.out[0], N)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for j in range(KERNELS):
+            k(a, x, y, s.out[j], N)
+    graph.replay()
+    s.check(KERNELS, x, y, a)
+    return Timed(graph.replay, per_call=KERNELS, note="graph.replay() with nothing new: the GPU's floor; time / 20")
+
+
+def _sequence(ctx: Any, reads: int, compiled: bool | None = None, host: bool = False) -> tuple[Step, Any]:
     import launchpad
+    from launchpad.launch import updates
 
     s = _step(ctx)
     x, y, a = s.inputs[0]
-    return s, launchpad.record(functools.partial(s.launches, reads=reads), x, y, a, compiled=compiled)
+    device_updater = updates.updater
+    if host:  # the nodes updated from the host, as before device-side updates: the same run's comparison
+        updates.updater = lambda device: (0, "switched off by the benchmark")  # type: ignore[assignment]
+    try:
+        return s, launchpad.record(functools.partial(s.launches, reads=reads), x, y, a, compiled=compiled)
+    finally:
+        updates.updater = device_updater
 
 
 def plain(ctx: Any) -> Timed:
@@ -142,9 +166,9 @@ def plain(ctx: Any) -> Timed:
     return Timed(seq, per_call=KERNELS, note="seq(): the recorded graph, nothing new")
 
 
-def replaying(reads: int, compiled: bool | None = None) -> Any:
+def replaying(reads: int, compiled: bool | None = None, host: bool = False) -> Any:
     def factory(ctx: Any) -> Timed:
-        s, seq = _sequence(ctx, reads, compiled)
+        s, seq = _sequence(ctx, reads, compiled, host)
         inputs = s.rotation()
         call = lambda: seq(*next(inputs))
         for _ in range(len(s.inputs)):
@@ -164,13 +188,17 @@ def sequence_entries() -> list[Entry]:
     ]  # fmt: skip
     python = Entry("seq_new_20_python", f"launchpad.record: replay, new inputs in {KERNELS} nodes, Python replay, "
                    "per kernel", "launchpad", replaying(KERNELS, compiled=False))  # fmt: skip
+    host = Entry("seq_new_20_host", f"launchpad.record: replay, new inputs in {KERNELS} nodes, updated from the host, "
+                 "per kernel", "launchpad", replaying(KERNELS, host=True))  # fmt: skip
     return [
         Entry("c_floor", "C loop calling cuLaunchKernel (the floor), per kernel", "floor", floor),
         Entry("seq_one_by_one", f"{KERNELS} launchpad launches one by one, per kernel", "launchpad", one_by_one),
         Entry("seq_torch_graph", "torch CUDAGraph after copy_ of the inputs, per kernel", "peer", torch_graph),
+        Entry("seq_torch_replay", "torch CUDAGraph replay alone, nothing new, per kernel", "graph", graph_alone),
         Entry("seq_plain", "launchpad.record: replay, nothing new, per kernel", "graph", plain),
         *replays,
         python,
+        host,
     ]
 
 

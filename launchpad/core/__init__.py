@@ -2,8 +2,8 @@
 
 The spec (:mod:`.spec`: ``KernelSpec``, ``Arg``, ``LaunchPlan``) and its parameter types
 (:mod:`.params`), binaries read without a GPU (:mod:`.binary`), saved artifacts (:mod:`.artifact`),
-the disk cache (:mod:`.cache`), the per-device loader (:mod:`.loader`) and the only module that
-calls ``cuda.bindings`` (:mod:`.driver`).
+the disk cache (:mod:`.cache`), the per-device loader (:mod:`.loader`) and the only code that
+calls ``cuda.bindings`` (the :mod:`.driver` package).
 
 Imports: ``launchpad.errors`` and modules of this folder, nothing else of launchpad. The core
 knows no executor and no front end.

@@ -20,7 +20,7 @@ from . import cache as _cache
 from . import driver as _driver
 from .binary import TYPE_PROBE
 
-__all__ = ["compile_object", "compile_program", "link", "object_code", "resolve_arch"]
+__all__ = ["compile_object", "compile_program", "device_runtime", "link", "object_code", "resolve_arch"]
 
 
 def resolve_arch(arch: str | int | tuple[int, int] | None) -> str:
@@ -188,6 +188,31 @@ def compile_object(
         fields["link_time_optimization"] = True
     code, _ = compile_program(source, [], output, arch, std, defines, [str(d) for d in include_dirs], options, **fields)
     return ObjectCode.from_ltoir(code) if output == "ltoir" else ObjectCode.from_ptx(code)
+
+
+@functools.cache
+def device_runtime() -> Any:
+    """CUDA's device runtime library (``libcudadevrt.a``: device-side graph updates, dynamic
+    parallelism) as a cuda.core ``ObjectCode`` to link, or None where neither a wheel
+    (``nvidia-cuda-runtime``, in launchpad's cu12/cu13 extras) nor a toolkit has it."""
+    from cuda.core import ObjectCode
+
+    found: list[Path] = []
+    try:
+        from cuda import pathfinder
+
+        found.append(Path(pathfinder.find_static_lib("cudadevrt")))
+    except Exception:  # an older cuda-pathfinder, or none found there
+        pass
+    import os
+
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if root:
+            found += [Path(root) / "lib64" / "libcudadevrt.a", Path(root) / "lib" / "libcudadevrt.a"]
+    for path in found:
+        if path.is_file():
+            return ObjectCode.from_library(path.read_bytes(), name=path.name)
+    return None
 
 
 def object_code(obj: Any) -> Any:

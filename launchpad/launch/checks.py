@@ -29,6 +29,7 @@ __all__ = [
     "Context",
     "RawStream",
     "bf16_bits",
+    "bf16_value",
     "describe",
     "dims",
     "no_device",
@@ -188,7 +189,10 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int, stream: int) 
         if size == 1:
             raise ctx.error(arg, f"cannot pack a float into a 1-byte parameter: {value!r}", ArgumentTypeError)
         code = {2: "<e", 4: "<f", 8: "<d"}[size]
-        return int.from_bytes(struct.pack(code, value), "little")
+        try:
+            return int.from_bytes(struct.pack(code, value), "little")
+        except OverflowError:
+            raise ctx.error(arg, f"{value!r} is out of range for a {size}-byte float") from None
     if isinstance(value, (bytes, bytearray, memoryview)):  # a small struct (or enum) by value
         if len(value) != size:
             raise ctx.error(arg, f"expected {size} bytes, got {len(value)}")
@@ -265,12 +269,28 @@ def bf16_bits(value: Any) -> int:
     round), from its float32: the value is first rounded to float32, as torch does.
 
     Triton's own launcher truncates instead (keeps the top 16 bits); launchpad rounds, which is
-    never further from the value given. NaN becomes the quiet NaN ``0x7FC0``.
+    never further from the value given. NaN becomes the quiet NaN ``0x7FC0``. A value beyond
+    float32's range raises ``ValueError`` (as fp16 and fp32 parameters refuse theirs).
     """
-    (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    try:
+        (bits,) = struct.unpack("<I", struct.pack("<f", value))
+    except OverflowError:
+        raise ValueError(f"{value!r} is out of range for bf16") from None
     if bits & 0x7FFFFFFF > 0x7F800000:
         return 0x7FC0
     return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) & 0xFFFF
+
+
+def bf16_value(ctx: Context, arg: Arg, value: Any) -> int:
+    """:func:`bf16_bits` of an argument, a refusal naming the kernel and the argument."""
+    try:
+        return bf16_bits(value)
+    except ValueError as exc:
+        raise ctx.error(arg, str(exc)) from None
+    except (TypeError, struct.error):
+        raise ctx.error(
+            arg, f"expected a float for a bf16 parameter, got {describe(value)}", ArgumentTypeError
+        ) from None
 
 
 def same_value(a: Any, b: Any) -> bool:

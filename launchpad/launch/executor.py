@@ -34,13 +34,16 @@ __all__ = ["Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_o
 
 # Slot kinds and operation kinds, as claunch.h numbers them.
 SK_POINTER, SK_INT, SK_UINT, SK_BOOL, SK_F16, SK_BF16, SK_F32, SK_F64, SK_BYTES, SK_UNTYPED = range(10)
-OP_VALUE, OP_CONST, OP_SCRATCH, OP_NUMBA_ARRAY, OP_EXPAND = range(5)
+OP_VALUE, OP_CONST, OP_SCRATCH, OP_NUMBA_ARRAY, OP_EXPAND, OP_TILE_ARRAY = range(6)
 _NEVER = 0xFFFFFFFF  # a dtype word no tensor has: the compiled executor always defers the check
 _FLOAT_KINDS = {"fp16": SK_F16, "bf16": SK_BF16, "fp32": SK_F32, "fp64": SK_F64}
 
 _claunch: Any
 try:
     from . import _claunch
+
+    if not hasattr(_claunch, "Launcher"):  # the folder of its C sources, imported as a namespace package
+        raise ImportError("only its C sources are here: build it with `python setup.py build_ext --inplace`")
 except ImportError as exc:  # not built: no C compiler at install time, or a source tree without it
     _claunch = None
     _import_error = f"the compiled module is not built ({exc})"
@@ -132,6 +135,12 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
             op = dict(base, kind=OP_NUMBA_ARRAY, slots=tuple(_slot(spec.params[i]) for i in arg.params),
                       dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, size=o["itemsize"], ndim=o["ndim"],
                       layout=o["layout"])  # fmt: skip
+        elif arg.converter == "cutile_array":
+            o = arg.options
+            low, high = _INDEX_RANGE[o.get("index", "i32")]
+            op = dict(base, kind=OP_TILE_ARRAY, slots=tuple(_slot(spec.params[i]) for i in arg.params),
+                      dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, align=o.get("align") or 0, size=low,
+                      multiple_of=high, ndim=o["ndim"], flags=1 if o.get("disjoint") else 0, obj=_tile_dims(o))  # fmt: skip
         else:
             converter = _checks.CONVERTERS[arg.converter].specialize(**arg.options)
             op = dict(base, kind=OP_EXPAND, slots=tuple(_slot(spec.params[i]) for i in arg.params), obj=converter,
@@ -139,6 +148,26 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
         ops.append((op["kind"], position, sub, op["slots"], op["dtype"], op["align"], op["multiple_of"], op["size"],
                     op["ndim"], op["layout"], op["flags"], op["obj"], op["arg"]))  # fmt: skip
     return tuple(ops)
+
+
+#: cuTile arrays: each index type's lowest and largest extent or stride.
+_INDEX_RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1)}
+_NONE = -(2**63)  # claunch.h's LP_NONE: no promise
+
+
+def _tile_dims(options: dict) -> tuple[int, ...]:
+    """A cuTile array's promises, 5 words per dimension for the compiled executor: extent divisor,
+    extent, stride divisor, stride, lowest stride (``_NONE`` where there is no promise); the option
+    names are ``CONVERTERS["cutile_array"]``'s (launchpad/frontends/cutile/args.py)."""
+    ndim = options["ndim"]
+
+    def per_dim(key: str, default: Any) -> list:
+        value = options.get(key)
+        return list(value) if value is not None else [default] * ndim
+
+    rows = zip(per_dim("shape_div", 1), per_dim("shape_const", None), per_dim("stride_div", 1),
+               per_dim("stride_const", None), per_dim("stride_min", None))  # fmt: skip
+    return tuple(_NONE if v is None else int(v) for row in rows for v in row)
 
 
 @dataclass(frozen=True)

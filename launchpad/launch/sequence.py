@@ -1,40 +1,47 @@
-"""Recorded sequences: launches captured once as one CUDA graph, replayed with new inputs.
+"""Recorded sequences: a function's launches captured once as one CUDA graph, replayed with new inputs.
 
 ``seq = launchpad.record(fn, *args, **kwargs)`` runs ``fn`` once as it is (the warm-up: modules
 load, Triton compiles and tunes), then records it: every launch it makes on torch's current
-stream (launchpad's, and any other: torch operations too) becomes a node of one CUDA graph,
+stream (launchpad's kernels, torch's operations, cuBLAS) becomes a node of one CUDA graph,
 captured through torch's own machinery so that what ``fn`` allocates lives in the graph's private
-memory pool. Each argument of ``fn`` is an input of the sequence: ``seq(*args, **kwargs)`` takes
-the same arguments (any of them may be left out: they keep their last value), writes each new
-value into the kernel nodes that read it (``cuGraphExecKernelNodeSetParams``) after the checks a
-launch makes, and launches the graph on torch's current stream as one call (``cuGraphLaunch``).
-Where each input goes is learned by comparing captures (:mod:`launchpad.launch.recording`).
+memory pool. Each argument of ``fn`` is an input: ``seq(*args, **kwargs)`` takes the same
+arguments (any left out keep their last value), checks each new value as a launch would, points
+every node that reads it at the new value (:mod:`launchpad.launch.analysis` finds them by
+comparing captures; :mod:`launchpad.launch.updates` changes them), launches the graph on torch's
+current stream, and returns what ``fn`` returned, in new memory that no later replay overwrites.
 
-Replays of one sequence from several threads are serialized (each replay's updates and launch are
-one step); the sequence holds the tensors it currently points at, the graph's memory, and the
-modules of its kernels (``Kernel.close`` does not unload them while the sequence lives).
+An input a node cannot be re-pointed for is copied into a buffer of the sequence's own by a copy
+node at the graph's start (and back at its end where ``fn`` writes it); an output likewise by a copy
+node at its end. :meth:`Sequence.explain` says which and why. Replays of one sequence from several
+threads are serialized; the sequence holds ``fn`` (and what it binds), the tensors it currently
+points at, the graph and its memory, and the modules of its kernels.
 """
 
 from __future__ import annotations
 
 import ctypes
 import inspect
-import struct
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core import driver as _driver
-from ..core.params import parameter_block
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError, RecordError
 from . import checks as _checks
+from . import creplay as _creplay
 from . import executor as _executor
-from .recording import Plan, Use, analyze, capture, encode, far_probe, probe, same_structure
+from . import pyreplay as _pyreplay
+from . import updates as _updates
+from .analysis import Plan, Use, analyze, same_structure
+from .executor import SK_POINTER
+from .outputs import find_outputs, flatten
+from .pyreplay import torch_device
+from .recording import capture, far_probe, probe
 
 __all__ = ["RecordError", "Sequence", "record"]
 
@@ -42,7 +49,7 @@ __all__ = ["RecordError", "Sequence", "record"]
 def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled: bool | None = None,
            **kwargs: Any) -> Sequence:  # fmt: skip
     """Record the launches of ``fn(*args, **kwargs)`` once; return a :class:`Sequence` that
-    replays them with new arguments.
+    replays them with new arguments and returns what ``fn`` returns.
 
     Parameters
     ----------
@@ -51,13 +58,10 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
         torch's current stream. Each of its arguments becomes an input of the sequence: a CUDA
         tensor or a scalar (int, float, bool). Values that decide what ``fn`` launches (a grid
         size, a shape, a branch) are not inputs: bind them with ``functools.partial`` or a
-        closure. launchpad records ``fn`` again with each input changed (a tensor moved, a scalar
-        near and far) and refuses an input whose change alters what runs; a branch that none of
-        those values reaches goes unseen, so keep Python decisions off scalar inputs.
+        closure. It may return tensors (alone, or in tuples, lists and dicts) and None.
     warmup : bool
         Run ``fn`` once as it is before recording (default), as torch's CUDA graphs ask: kernels
-        load, Triton compiles and autotunes, outside the capture. That run's effects on the data
-        are real.
+        load, Triton compiles and autotunes, outside the capture. That run's effects are real.
     compiled : bool, optional
         Replay through the compiled module (True), the Python replay (False), or the compiled one
         where it is built and not switched off by ``LAUNCHPAD_PYTHON_LAUNCH=1`` (None).
@@ -66,7 +70,8 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
     ------
     RecordError
         An input decides what ``fn`` launches (a kernel, grid or node changes with it), a launch
-        takes a value computed from an input, or an input reaches no launch.
+        takes a value computed from an input, an input reaches no launch, or reaches a node that
+        cannot follow it (NCCL's kernels, child graphs, host and conditional nodes).
     ArgumentError
         An argument that cannot be an input (a CPU tensor, a tensor on another device, a string).
     """
@@ -76,21 +81,23 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
         values[name] = _input_value(name, value, device)
     if warmup:  # (torch's capture synchronizes the device before it starts)
         fn(**values)
-    graph, base = capture(fn, values)
-    probed = {name: probe(value) for name, value in values.items()}
-    probes = {}
+    base, control = capture(fn, values), capture(fn, values)  # both alive: their memory pools differ
+    probed, probes = {}, {}
     for name, value in values.items():
-        _, probes[name] = capture(fn, {**values, name: probed[name]})  # its graph (and memory) dropped here
+        probed[name] = probe(value)
+        probes[name] = capture(fn, {**values, name: probed[name]})
+        probes[name].graph = None  # its memory goes back: only base and control must stay apart
         far = far_probe(value)
         if far is not None:
             try:
-                _, nodes = capture(fn, {**values, name: far})
+                nodes = capture(fn, {**values, name: far}).nodes
             except LaunchpadError:  # a value its kernels refuse (out of a parameter's range): no test there
                 continue
-            same_structure(name, base, nodes)
-    plan = analyze(base, probes, values, probed, lambda a: _driver.pointer_device(a) is not None)
-    graph.instantiate()
-    return Sequence(plan, values, int(graph.raw_cuda_graph_exec()), device, graph, tuple(values), compiled)
+            same_structure(name, base.nodes, nodes)
+    plan = analyze(base, control, probes, values, probed, lambda a: _driver.pointer_device(a) is not None)
+    find_outputs(plan, base, control, probes, values)
+    del control, probes
+    return Sequence(fn, plan, values, device, compiled)
 
 
 def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -111,7 +118,7 @@ def _input_value(name: str, value: Any, device: int) -> Any:
             raise ArgumentError(f"sequence input {name!r} must be a CUDA tensor on cuda:{device}, got "
                                 f"{_checks.describe(value)}")  # fmt: skip
         return value
-    if isinstance(value, (np.generic,)) and value.shape == ():
+    if isinstance(value, np.generic) and value.shape == ():
         value = value.item()
     if isinstance(value, (bool, int, float)):
         return value
@@ -119,197 +126,167 @@ def _input_value(name: str, value: Any, device: int) -> Any:
                             f"{_checks.describe(value)}")  # fmt: skip
 
 
-@dataclass
-class _NodeState:
-    """A kernel node whose arguments a replay rewrites: its parameter block and pointer array."""
+def _bytes_of(t: torch.Tensor, nbytes: int, byte_offset: int = 0) -> torch.Tensor:
+    """A flat uint8 view of ``nbytes`` of ``t``'s storage from ``byte_offset``."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage(), byte_offset, (nbytes,), (1,))
 
-    index: int
-    handle: int
-    function: int
-    grid: tuple
-    block: tuple
-    shared_mem: int
-    context: int
-    buffer: bytearray
-    pointers: Any  # ctypes array of the parameters' addresses in ``buffer`` (it pins ``buffer``)
-    name: str
+
+def _writes(fn: Callable[..., Any], values: dict[str, Any], name: str) -> bool:
+    """Whether ``fn`` writes input ``name``: run once on a copy of it, compared bit for bit."""
+    x = values[name]
+    copy = x.clone()
+    fn(**{**values, name: copy})
+    _driver.synchronize(_checks.current_raw_stream(x.get_device()))
+    return not torch.equal(copy.view(torch.uint8) if copy.is_contiguous() else copy, x.view(torch.uint8) if
+                           x.is_contiguous() else x)  # fmt: skip
 
 
 class Sequence:
     """Launches recorded by :func:`launchpad.record`, replayed with new inputs.
 
     Call it with the recorded function's arguments (positional or by name, any of them left out
-    to keep its last value); it checks each new value, writes it into the kernel nodes that read
-    it and launches the graph on torch's current stream. ``inputs`` names the inputs, ``nodes``
-    counts the graph's nodes.
+    to keep its last value); it checks each new value, points the graph's nodes at it, launches
+    the graph on torch's current stream and returns what the function returned (its tensors in
+    new memory each replay). ``inputs`` names the inputs, ``nodes`` counts the graph's nodes;
+    :meth:`explain` says how each input and output is followed.
     """
 
-    def __init__(self, plan: Plan, values: dict[str, Any], exec_: int, device: int, graph: Any,
-                 inputs: tuple[str, ...], compiled: bool | None = None):  # fmt: skip
-        self.inputs = inputs
+    def __init__(self, fn: Callable[..., Any], plan: Plan, values: dict[str, Any], device: int,
+                 compiled: bool | None = None):  # fmt: skip
+        self.inputs = tuple(values)
         self.device = device
-        self.nodes = len(plan.nodes)
-        self._plan = plan
-        self._values = dict(values)  # what the graph now reads: the tensors are held
-        self._exec = exec_
-        self._graph = graph  # the instantiated graph and the memory pool of what fn allocated
-        self._modules = [n.module for n in plan.nodes if n.module is not None]  # kernels stay loaded
+        self._fn = fn  # what the graph's bound tensors belong to: kept as long as the graph
         self._lock = threading.Lock()
-        self._states = {i: self._state(i) for i in sorted({u.node for uses in plan.uses.values() for u in uses})}
-        self._positions = {name: i for i, name in enumerate(inputs)}
+        self._positions = {name: i for i, name in enumerate(self.inputs)}
+        self._current = [values[name] for name in self.inputs]  # the one record of what the graph reads
+        self._state = (ctypes.c_uint64 * 2)()  # launches so far (the ring's), and "broken"
+        function, self.update_note = _updates.updater(device)
+        self._build(plan, values, function)
+        self.nodes = len(self._plan.nodes)
+        self._template = self._plan.template
+        self._allocators = _pyreplay.allocators(self)
+        self._modules = [n.module for n in self._plan.nodes if n.module is not None]  # kernels stay loaded
+        weakref.finalize(self, _drain, self._state, self.device, self._graph, self._ring)
         use = _executor.launch_path()[0] == "compiled" if compiled is None else compiled
-        self._replay: Callable[..., None] = self._compiled_replay() if use else self._python_replay
+        self._replay: Callable[..., Any] = _pyreplay.replay_for(self)
+        if use:
+            self._replay = _creplay.compiled_replay(self, self._replay) or self._replay
 
-    def _state(self, index: int) -> _NodeState:
+    def _build(self, plan: Plan, values: dict[str, Any], function: int) -> None:
+        """The kept capture: launchpad's updater first where nodes are updated from the device, copies
+        in (and back) of the inputs no node can be re-pointed for, the function, copies of the
+        outputs no re-pointing can follow; then each node a replay changes made a target."""
+        copies = [p for p in plan.inputs.values() if p.copy]
+        for p in copies:
+            p.writes = _writes(self._fn, values, p.name)
+        statics = {p.name: _static_like(values[p.name]) for p in copies}
+        copied = [k for k, s in enumerate(plan.storages) if s.copy]
+        firsts = {k: next(i for i, leaf in enumerate(plan.leaves) if leaf.storage == k) for k in copied}
+        holders = {k: torch.empty(max(plan.storages[k].nbytes, 1), dtype=torch.uint8, device=torch_device(self.device))
+                   for k in copied}  # fmt: skip
+        wants_device = function and any(plan.nodes[u.node].kind == "kernel" for u in _all_uses(plan))
+        ring = _updates.Ring(self.device, _capacity(plan)) if wants_device else None
+
+        def recorded(**kw: Any) -> Any:
+            stream = _checks.current_raw_stream(self.device)
+            if ring is not None:
+                ring.prologue(function)
+            for p in copies:  # an input into the sequence's buffer: a copy node whose source a replay moves
+                static, span = statics[p.name]
+                _driver.copy_device_to_device(static.data_ptr(), values[p.name].data_ptr(), span, stream)
+            result = self._fn(**kw)
+            for p in copies:
+                if p.writes:
+                    static, span = statics[p.name]
+                    _driver.copy_device_to_device(values[p.name].data_ptr(), static.data_ptr(), span, stream)
+            leaves = flatten(result)[1]
+            for k in copied:  # an output into new memory: a copy node whose destination a replay moves
+                start = leaves[firsts[k]].untyped_storage().data_ptr()
+                _driver.copy_device_to_device(holders[k].data_ptr(), start, plan.storages[k].nbytes, stream)
+            return result
+
+        run = {**values, **{name: static for name, (static, _) in statics.items()}}
+        final = capture(recorded, run, skip=frozenset({function}) if ring is not None else frozenset())
+        before, backs = len(copies), sum(p.writes for p in copies)
+        after = before + len(plan.nodes)
+        same_structure("", plan.nodes, final.nodes[before:after])
+        if [n.kind for n in final.nodes[:before] + final.nodes[after:]] != ["memcpy"] * (before + backs + len(copied)):
+            raise RecordError("launchpad's copies were not captured as copy nodes")  # (a driver that merges them)
+        shift = lambda u: replace(u, node=u.node + before)
+        for p in plan.inputs.values():
+            p.uses = [shift(u) for u in p.uses]
+        for k, p in enumerate(copies):
+            p.uses = [Use(k, 48, 8, SK_POINTER, "the source address of its copy")]
+            if p.writes:
+                back = after + sum(q.writes for q in copies[:k])
+                p.uses.append(Use(back, 136, 8, SK_POINTER, "the destination address of its copy back"))
+        for j, k in enumerate(copied):
+            plan.storages[k].uses = [Use(after + backs + j, 136, 8, SK_POINTER, "the destination of its copy")]
+        for k, storage in enumerate(plan.storages):
+            if k not in holders:
+                storage.uses = [shift(u) for u in storage.uses]
+        plan.nodes = final.nodes
+        self._plan, self._graph, self._statics, self._holders = plan, final.graph, statics, holders
+        self._targets = {index: self._target(index, ring) for index in sorted({u.node for u in _all_uses(plan)})}
+        final.graph.instantiate()
+        self._exec = int(final.graph.raw_cuda_graph_exec())
+        self._ring = ring
+        if ring is not None:  # device-side updates need the graph on the device before its first launch
+            _driver.graph_upload(self._exec, _checks.current_raw_stream(self.device))
+
+    def _target(self, index: int, ring: Any) -> _updates.Target:
         node = self._plan.nodes[index]
-        spec = node.spec
-        assert spec is not None and node.params is not None
-        buffer, pointers = parameter_block(spec.params, spec.param_bytes)
-        for param, data in zip(spec.params, node.params):
-            buffer[param.offset : param.offset + param.size] = data
-        return _NodeState(index, node.handle, node.function, node.grid, node.block, node.shared_mem, node.context,
-                          buffer, pointers, spec.display_name)  # fmt: skip
+        devnode = _driver.make_device_updatable(node.handle) if ring is not None and node.kind == "kernel" else None
+        if devnode:
+            return _updates.Target(_updates.DEVICE, index, node.describe(index), node.handle, devnode)
+        return _updates.host_target(index, node, self.device)
 
     def __repr__(self) -> str:
-        return f"<launchpad.Sequence of {self.nodes} nodes, inputs {', '.join(self.inputs)}>"
+        copied = [p.name for p in self._plan.inputs.values() if p.copy]
+        extra = f", copies {', '.join(copied)}" if copied else ""
+        return f"<launchpad.Sequence of {self.nodes} nodes, inputs {', '.join(self.inputs)}{extra}>"
+
+    def explain(self) -> str:
+        """How each input and output is followed: the nodes re-pointed, the copies and why, and
+        whether the graph's nodes are updated from the device or the host."""
+        return _pyreplay.explain(self)
 
     @property
     def replay_path(self) -> str:
         """``"compiled"`` or ``"python"``: which replay runs this sequence."""
         return "compiled" if type(self._replay).__name__ == "Replay" else "python"
 
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Replay with the arguments given (see the class documentation)."""
-        self._replay(*args, **kwargs)
-
-    def _compiled_replay(self) -> Callable[..., None]:
-        """The compiled replay (``_claunch.Replay``): the same checks and updates in C, the Python
-        replay behind it for everything it hands back."""
-        inputs = []
-        for name in self.inputs:
-            value, uses = self._values[name], self._plan.uses[name]
-            tensor = isinstance(value, torch.Tensor)
-            dtype = _executor.dlpack_word(value.dtype) if tensor else 0
-            shape, strides = (tuple(value.shape), tuple(value.stride())) if tensor else ((), ())
-            table = tuple((u.node, u.param.offset, u.param.size, _executor.slot_kind(u.param), u.delta, u.align,
-                           u.multiple_of) for u in uses)  # fmt: skip
-            inputs.append((name, tensor, dtype, shape, strides, table, bool(self._plan.foreign[name]), value))
-        nodes = tuple(
-            (s.handle, s.function, s.grid, s.block, s.shared_mem, s.context, s.buffer, ctypes.addressof(s.pointers))
-            if (s := self._states.get(i)) is not None else None
-            for i in range(self.nodes)
-        )  # fmt: skip
-        set_params, graph_launch = _driver.graph_entry_points()
-        me = weakref.ref(self)  # the replay's way back here, without a reference cycle
-
-        def python_replay(*args: Any, **kwargs: Any) -> None:
-            sequence = me()
-            assert sequence is not None  # it holds the replay calling this
-            sequence._python_replay(*args, **kwargs)
-
-        return _executor._claunch.Replay(
-            tuple(inputs), nodes, self._exec, self.device, set_params, graph_launch,
-            _driver.launch_entry_points()[2], python_replay, self._lock, (self._states, self._graph),
-            _executor._exchange_api_types(), self._get_stream,
-        )  # fmt: skip
+        return self._replay(*args, **kwargs)
 
     #: torch's current stream on a device, for the compiled replay (None: it asks DLPack itself).
     _get_stream: Any = None
 
-    def _python_replay(self, *args: Any, **kwargs: Any) -> None:
-        """The replay in Python: the reference, and where the compiled one hands what it does not take."""
-        new = self._named(args, kwargs)
-        writes = [(name, value, self._writes(name, value)) for name, value in new.items()]
-        device = _checks.device_of_launch(None)
-        if device != self.device:
-            raise ArgumentError(f"this sequence was recorded on cuda:{self.device}, but the current device is "
-                                f"cuda:{device}")  # fmt: skip
-        stream = _checks.current_raw_stream(device)
-        with self._lock:
-            dirty = {}
-            for name, value, changes in writes:
-                for state, offset, data in changes:
-                    state.buffer[offset : offset + len(data)] = data
-                    dirty[state.index] = state
-                self._values[name] = value
-            for s in dirty.values():
-                _driver.set_kernel_node_params(self._exec, s.handle, s.function, s.grid, s.block, s.shared_mem,
-                                               ctypes.addressof(s.pointers), s.context)  # fmt: skip
-            _driver.graph_launch(self._exec, stream)
 
-    def _named(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        if len(args) > len(self.inputs):
-            raise ArgumentTypeError(f"this sequence takes at most {len(self.inputs)} arguments "
-                                    f"({', '.join(self.inputs)}), got {len(args)}")  # fmt: skip
-        new = dict(zip(self.inputs, args))
-        for name, value in kwargs.items():
-            if name not in self._positions:
-                raise ArgumentTypeError(f"this sequence has no input {name!r} (its inputs: {', '.join(self.inputs)})")
-            if name in new:
-                raise ArgumentTypeError(f"this sequence got input {name!r} twice")
-            new[name] = value
-        return new
+def _static_like(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A buffer of the sequence's own with ``x``'s layout, holding ``x``'s data; its byte span."""
+    span = (1 + sum((n - 1) * s for n, s in zip(x.shape, x.stride()))) * x.element_size() if x.numel() else 0
+    flat = torch.empty(max(span // x.element_size(), 1), dtype=x.dtype, device=x.device)
+    static = flat.as_strided(x.shape, x.stride())
+    static.copy_(x)
+    return static, span
 
-    def _writes(self, name: str, value: Any) -> list[tuple[_NodeState, int, bytes]]:
-        """The bytes a new value puts where, after every check; raises naming the input and kernel."""
-        old = self._values[name]
-        foreign = self._plan.foreign[name]
-        if isinstance(old, torch.Tensor):
-            self._check_tensor(name, old, value)
-            if foreign and value.data_ptr() != old.data_ptr():
-                raise ArgumentError(
-                    f"sequence input {name!r} is also read by {foreign[0]}, which launchpad cannot update: replay "
-                    f"with the recorded tensor (copy new data into it: {name}.copy_(new))"
-                )
-            return [self._pointer(name, use, value.data_ptr()) for use in self._plan.uses[name]]
-        if isinstance(value, np.generic) and value.shape == ():
-            value = value.item()
-        if not isinstance(value, (bool, int, float)):
-            raise ArgumentTypeError(f"sequence input {name!r} is a number, got {_checks.describe(value)}")
-        if foreign and value != old:
-            raise ArgumentError(
-                f"sequence input {name!r} is also read by {foreign[0]}, which launchpad cannot update: it keeps its "
-                f"recorded value {old!r}"
-            )
-        return [self._scalar(name, use, value) for use in self._plan.uses[name]]
 
-    def _where(self, name: str, use: Use) -> str:
-        return f"sequence input {name!r}, read by kernel {self._states[use.node].name!r} (node {use.node}), " \
-               f"{use.param.label}"  # fmt: skip
+def _capacity(plan: Plan) -> int:
+    return sum(len(p.uses) for p in plan.inputs.values()) + sum(len(s.uses) + 1 for s in plan.storages)
 
-    def _check_tensor(self, name: str, old: torch.Tensor, value: Any) -> None:
-        if not isinstance(value, torch.Tensor):
-            raise ArgumentTypeError(f"sequence input {name!r} is a tensor, got {_checks.describe(value)}")
-        recorded = f"recorded with a {old.dtype} tensor of shape {tuple(old.shape)}, strides {old.stride()}"
-        problem = (
-            f"is on {value.device}, not cuda:{self.device}" if value.get_device() != old.get_device() else
-            f"is {value.dtype}" if value.dtype != old.dtype else
-            f"has shape {tuple(value.shape)}" if value.shape != old.shape else
-            f"has strides {value.stride()}" if value.stride() != old.stride() else ""
-        )  # fmt: skip
-        if problem:
-            raise ArgumentError(f"sequence input {name!r} {problem}; it was {recorded} (shapes and layouts decide "
-                                "grids and kernels: record again for another)")  # fmt: skip
 
-    def _pointer(self, name: str, use: Use, data_ptr: int) -> tuple[_NodeState, int, bytes]:
-        address = data_ptr + use.delta
-        if use.align and address % use.align:
-            raise ArgumentError(f"{self._where(name, use)}: pointer {address:#x} is not {use.align}-byte aligned, "
-                                "but the kernel was compiled assuming it is")  # fmt: skip
-        return self._states[use.node], use.param.offset, struct.pack("<Q", address)
+def _all_uses(plan: Plan) -> list[Use]:
+    return [u for p in plan.inputs.values() for u in p.uses] + [u for s in plan.storages for u in s.uses]
 
-    def _scalar(self, name: str, use: Use, value: Any) -> tuple[_NodeState, int, bytes]:
-        param = use.param
-        if use.wrap and isinstance(value, int) and param.kind == "int":  # as a launch takes it (checks.int_bits)
-            low, fits = _checks.wrapped_int(param, value)
-            if fits:
-                value = low
-        if param.kind in ("int", "bool") and isinstance(value, float):
-            raise ArgumentTypeError(f"{self._where(name, use)}: expected an int, got float {value!r}")
-        data = encode(param, value)
-        if data is None:
-            raise ArgumentError(f"{self._where(name, use)}: {value!r} is out of range for {param.type}")
-        if use.multiple_of and value % use.multiple_of:
-            raise ArgumentError(f"{self._where(name, use)}: {value} is not a multiple of {use.multiple_of}, but the "
-                                "kernel was compiled assuming it is")  # fmt: skip
-        return self._states[use.node], param.offset, data
+
+def _drain(state: Any, device: int, graph: Any, ring: Any) -> None:
+    """Before the graph and the ring go: let the device finish the last launch (its updater reads the
+    ring). The device, not the launch's stream: that stream may be gone already (a thread's own)."""
+    if state[0] and ring is not None:
+        try:
+            _driver.synchronize_device(device)
+        except Exception:  # a finalizer raises nothing; a dead context has nothing left to run
+            pass
+    del graph

@@ -17,6 +17,8 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "triton": ("triton",),
     "numba": ("numba",),
     "numba-cuda": ("numba-cuda",),
+    "cuda-tile": ("cuda-tile",),
+    "tileiras": ("nvidia-cuda-tileiras",),
     "helion": ("helion",),
     "cuda-core": ("cuda-core",),
     "cuda-bindings": ("cuda-bindings",),

@@ -129,7 +129,11 @@ enum OpKind {
     OP_SCRATCH,      /* a hidden per-launch allocation */
     OP_NUMBA_ARRAY,  /* Numba's array ABI: 5 + 2 * ndim slots */
     OP_EXPAND,       /* a Python converter gives the values of several slots */
+    OP_TILE_ARRAY,   /* cuTile's array ABI: pointer, ndim extents, ndim strides; its promises checked */
 };
+
+/* OP_TILE_ARRAY's "no promise" in its per-dimension words */
+#define LP_NONE INT64_MIN
 
 #define LP_MAX_DEPTH 4
 
@@ -140,15 +144,18 @@ typedef struct {
     uint16_t sub[LP_MAX_DEPTH];
     uint32_t dtype;         /* DLPack code | bits << 8 | lanes << 16 the tensor must have; 0: any */
     int64_t align;          /* pointer alignment to check; scratch alignment */
-    int64_t multiple_of;    /* an int's promised divisor */
-    int64_t size;           /* scratch bytes per block; Numba itemsize */
-    int ndim;               /* Numba array rank */
+    int64_t multiple_of;    /* an int's promised divisor; OP_TILE_ARRAY: the index type's largest value */
+    int64_t size;           /* scratch bytes per block; Numba itemsize; OP_TILE_ARRAY: the index type's lowest */
+    int ndim;               /* Numba or cuTile array rank */
     char layout;            /* Numba layout: 'C', 'F' or 'A' */
     int flags;              /* OP_CONST: 1 = value not recorded; OP_SCRATCH: 1 = zero-fill */
     Slot *slots;            /* nslots slots (owned) */
     Py_ssize_t nslots;
     PyObject *obj;          /* OP_CONST: the value; OP_EXPAND: the converter */
     PyObject *arg;          /* OP_EXPAND: the Arg, passed to the converter */
+    /* OP_TILE_ARRAY: 5 words per dimension (extent divisor, extent, stride divisor, stride, lowest
+     * stride; LP_NONE: no promise), owned; flags 1: no two indices may reach one element */
+    int64_t *dims;
 } Op;
 
 /* A kernel's launch plan and the Python objects it calls back. */
@@ -225,6 +232,8 @@ int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObjec
 /* values.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch), and its DLPack
  * dtype word (code | bits << 8 | lanes << 16). */
 int lp_on_device(const DLTensor *t, int device);
+/* OP_TILE_ARRAY (tile.c): LP_OK, or LP_FALLBACK for the Python executor to decide. */
+int lp_run_tile_array(Launch *L, const Op *op, PyObject *value);
 uint32_t lp_dtype_word(const DLTensor *t);
 /* values.c: a scalar into a slot's bytes at ``at`` as a launch packs it (LP_OK or LP_FALLBACK;
  * never raises); pointer and bytes slots are not scalars (LP_FALLBACK). */

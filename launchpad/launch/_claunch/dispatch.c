@@ -120,11 +120,15 @@ static Variant *find(Dispatcher *self, const uint64_t *key, uint64_t hash) {
     return NULL;
 }
 
+/* Add a key's launcher; -1 with MemoryError set when the table or the key cannot be allocated. */
 static int insert(Dispatcher *self, const uint64_t *key, uint64_t hash, PyObject *launcher) {
     if ((self->count + 1) * 2 > self->capacity) {  /* grow: at most half full */
         Py_ssize_t capacity = self->capacity ? self->capacity * 2 : 8;
         Variant *table = PyMem_Calloc(capacity, sizeof(Variant));
-        if (table == NULL) return -1;
+        if (table == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
         for (Py_ssize_t i = 0; i < self->capacity; i++) {
             Variant *v = &self->table[i];
             if (v->launcher == NULL) continue;
@@ -138,7 +142,10 @@ static int insert(Dispatcher *self, const uint64_t *key, uint64_t hash, PyObject
     }
     size_t words = KEY_WORDS * self->nparams * sizeof(uint64_t);
     uint64_t *copy = PyMem_Malloc(words ? words : 1);
-    if (copy == NULL) return -1;
+    if (copy == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     memcpy(copy, key, words);
     Py_ssize_t j = hash & (self->capacity - 1);
     while (self->table[j].launcher != NULL) j = (j + 1) & (self->capacity - 1);

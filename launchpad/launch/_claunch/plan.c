@@ -29,6 +29,31 @@ static int parse_slots(PyObject *seq, Op *op) {
     return 0;
 }
 
+/* OP_TILE_ARRAY's promises: a tuple of 5 ints per dimension (see Op.dims). */
+static int parse_tile_dims(PyObject *obj, Op *op) {
+    Py_ssize_t n = 5 * (Py_ssize_t)op->ndim;
+    if (!PyTuple_Check(obj) || PyTuple_GET_SIZE(obj) != n) {
+        PyErr_SetString(PyExc_ValueError, "a cuTile array operation needs 5 promise words per dimension");
+        return -1;
+    }
+    op->dims = PyMem_Calloc(n ? n : 1, sizeof(int64_t));
+    if (op->dims == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(obj, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        int divisor = i % 5 == 0 || i % 5 == 2;
+        if (divisor && v < 1) {
+            PyErr_SetString(PyExc_ValueError, "a cuTile array divisor must be positive");
+            return -1;
+        }
+        op->dims[i] = v;
+    }
+    return 0;
+}
+
 /* (kind, position, sub, slots, dtype, align, multiple_of, size, ndim, layout, flags, obj, arg) */
 static int parse_op(PyObject *t, Op *op) {
     int kind, position, ndim, flags;
@@ -39,7 +64,7 @@ static int parse_op(PyObject *t, Op *op) {
     if (!PyArg_ParseTuple(t, "iiOOILLLisiOO", &kind, &position, &sub, &slots, &dtype, &align, &multiple_of, &size,
                           &ndim, &layout, &flags, &obj, &arg))
         return -1;
-    if (kind < OP_VALUE || kind > OP_EXPAND || position < 0 || position > 65535 || !PyTuple_Check(sub) ||
+    if (kind < OP_VALUE || kind > OP_TILE_ARRAY || position < 0 || position > 65535 || !PyTuple_Check(sub) ||
         PyTuple_GET_SIZE(sub) > LP_MAX_DEPTH || ndim < 0 || ndim > 32) {
         PyErr_SetString(PyExc_ValueError, "bad launch plan operation");
         return -1;
@@ -65,7 +90,11 @@ static int parse_op(PyObject *t, Op *op) {
     op->obj = Py_NewRef(obj);
     op->arg = Py_NewRef(arg);
     if (parse_slots(slots, op) < 0) return -1;
-    Py_ssize_t needed = kind == OP_VALUE || kind == OP_SCRATCH ? 1 : kind == OP_NUMBA_ARRAY ? 5 + 2 * ndim : -1;
+    if (kind == OP_TILE_ARRAY && parse_tile_dims(obj, op) < 0) return -1;
+    Py_ssize_t needed = kind == OP_VALUE || kind == OP_SCRATCH ? 1
+                        : kind == OP_NUMBA_ARRAY               ? 5 + 2 * ndim
+                        : kind == OP_TILE_ARRAY                ? 1 + 2 * ndim
+                                                               : -1;
     if (kind != OP_CONST && needed >= 0 && op->nslots != needed) {
         PyErr_SetString(PyExc_ValueError, "a launch plan operation has the wrong number of slots");
         return -1;
@@ -87,6 +116,7 @@ static int parse_dims(PyObject *obj, int out[3], const char *what) {
 static void Launcher_clear_ops(Launcher *self) {
     for (Py_ssize_t i = 0; i < self->nops; i++) {
         PyMem_Free(self->ops[i].slots);
+        PyMem_Free(self->ops[i].dims);
         Py_CLEAR(self->ops[i].obj);
         Py_CLEAR(self->ops[i].arg);
     }

@@ -1,0 +1,244 @@
+/* The Replay type's construction and lifetime (see replay.c; launchpad/launch/creplay.py builds
+ * the tuples). Every table is checked here: a use's target, its slot, and that it lies inside
+ * its target's block, so a replay never writes outside one. */
+#include "replay.h"
+
+static int parse_use(PyObject *t, Use *use, const Replay *self) {
+    unsigned int target, offset, size, kind;
+    long long delta, align, multiple_of;
+    if (!PyArg_ParseTuple(t, "IIIILLL", &target, &offset, &size, &kind, &delta, &align, &multiple_of)) return -1;
+    if (target >= self->ntargets || size == 0 || size > 8 || kind > SK_UNTYPED ||
+        (Py_ssize_t)offset + (Py_ssize_t)size > self->targets[target].size) {
+        PyErr_Format(PyExc_ValueError, "bad use (target %u, offset %u, size %u, kind %u)", target, offset, size, kind);
+        return -1;
+    }
+    *use = (Use){target, offset, {0, size, (uint8_t)kind}, delta, align, multiple_of};
+    return 0;
+}
+
+static int parse_uses(PyObject *tuple, Use **uses, Py_ssize_t *n, const Replay *self) {
+    if (!PyTuple_Check(tuple)) {
+        PyErr_SetString(PyExc_TypeError, "uses must be a tuple");
+        return -1;
+    }
+    *n = PyTuple_GET_SIZE(tuple);
+    *uses = PyMem_Calloc(*n ? (size_t)*n : 1, sizeof(Use));
+    if (*uses == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t u = 0; u < *n; u++) {
+        if (parse_use(PyTuple_GET_ITEM(tuple, u), &(*uses)[u], self) < 0) return -1;
+    }
+    return 0;
+}
+
+static int parse_input(PyObject *t, Input *in, const Replay *self) {
+    PyObject *name, *shape, *strides, *uses;
+    unsigned int dtype;
+    if (!PyArg_ParseTuple(t, "UpIO!O!O", &name, &in->is_tensor, &dtype, &PyTuple_Type, &shape, &PyTuple_Type,
+                          &strides, &uses))
+        return -1;
+    in->name = Py_NewRef(name);
+    PyUnicode_InternInPlace(&in->name);
+    in->dtype = dtype;
+    in->ndim = (int)PyTuple_GET_SIZE(shape);
+    if (in->ndim != PyTuple_GET_SIZE(strides) || in->ndim > 64) {
+        PyErr_SetString(PyExc_ValueError, "shape and strides differ in rank");
+        return -1;
+    }
+    in->shape = PyMem_Calloc(2 * (size_t)in->ndim + 1, sizeof(int64_t));
+    if (in->shape == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    in->strides = in->shape + in->ndim;
+    for (int d = 0; d < in->ndim; d++) {
+        in->shape[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(shape, d));
+        in->strides[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, d));
+    }
+    if (PyErr_Occurred()) return -1;
+    return parse_uses(uses, &in->uses, &in->nuses, self);
+}
+
+static int parse_target(PyObject *t, Target *target) {
+    unsigned long long handle, function, context, pointers;
+    Py_ssize_t size;
+    PyObject *blob;
+    int kind;
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 || (kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(t, 0))) < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a target is a tuple (kind, ...)");
+        return -1;
+    }
+    target->kind = kind;
+    NodeParams *p = &target->params;
+    if (kind == T_DEVICE) {
+        if (!PyArg_ParseTuple(t, "iKn", &kind, &handle, &size)) return -1;
+        target->size = size;
+    } else if (kind == T_KERNEL) {
+        if (!PyArg_ParseTuple(t, "iKK(III)(III)IKYK", &kind, &handle, &function, &p->grid[0], &p->grid[1],
+                              &p->grid[2], &p->block[0], &p->block[1], &p->block[2], &p->shared_mem, &context, &blob,
+                              &pointers))
+            return -1;
+        p->func = (CUfunction)(uintptr_t)function;
+        p->ctx = (void *)(uintptr_t)context;
+        p->kernel_params = (void **)(uintptr_t)pointers;
+    } else if (kind == T_MEMCPY || kind == T_MEMSET) {
+        if (!PyArg_ParseTuple(t, "iKYK", &kind, &handle, &blob, &context)) return -1;
+        target->ctx = (void *)(uintptr_t)context;
+    } else {
+        PyErr_Format(PyExc_ValueError, "unknown target kind %d", kind);
+        return -1;
+    }
+    target->handle = (void *)(uintptr_t)handle;
+    if (kind != T_DEVICE) {
+        target->blob = PyByteArray_AS_STRING(blob);
+        target->size = PyByteArray_GET_SIZE(blob);
+    }
+    return 0;
+}
+
+static void Replay_free(Replay *self) {
+    for (Py_ssize_t i = 0; self->inputs != NULL && i < self->ninputs; i++) {
+        Py_CLEAR(self->inputs[i].name);
+        PyMem_Free(self->inputs[i].shape);
+        PyMem_Free(self->inputs[i].uses);
+    }
+    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) {
+        Py_CLEAR(self->outputs[s].allocate);
+        PyMem_Free(self->outputs[s].uses);
+    }
+    PyMem_Free(self->inputs);
+    PyMem_Free(self->outputs);
+    PyMem_Free(self->targets);
+    self->inputs = NULL;
+    self->outputs = NULL;
+    self->targets = NULL;
+}
+
+/* Replay(inputs, targets, outputs, exec, device, entry_points, ctx_get_device, state, ring, current,
+ *        fallback, build, lock, keep, tensor_types, get_stream): see launchpad/launch/creplay.py. */
+static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
+    PyObject *inputs, *targets, *outputs, *ring, *current, *fallback_fn, *build, *lock, *keep, *tensor_types,
+        *get_stream;
+    unsigned long long exec, set_params, graph_launch, set_memcpy, set_memset, sync, ctx_get_device, state;
+    int device;
+    if (kw != NULL && PyDict_GET_SIZE(kw)) {
+        PyErr_SetString(PyExc_TypeError, "Replay takes positional arguments only");
+        return NULL;
+    }
+    if (!PyArg_ParseTuple(a, "O!O!O!Ki(KKKKK)KKOO!OOOOO!O", &PyTuple_Type, &inputs, &PyTuple_Type, &targets,
+                          &PyTuple_Type, &outputs, &exec, &device, &set_params, &graph_launch, &set_memcpy,
+                          &set_memset, &sync, &ctx_get_device, &state, &ring, &PyList_Type, &current, &fallback_fn,
+                          &build, &lock, &keep, &PyTuple_Type, &tensor_types, &get_stream))
+        return NULL;
+    if (!set_params || !graph_launch || !set_memcpy || !set_memset || !sync || !state ||
+        PyList_GET_SIZE(current) != PyTuple_GET_SIZE(inputs)) {
+        PyErr_SetString(PyExc_ValueError, "a Replay needs the driver's entry points, its state and one current "
+                                          "value per input");
+        return NULL;
+    }
+    Replay *self = (Replay *)type->tp_alloc(type, 0);
+    if (self == NULL) return NULL;
+    self->vectorcall = Replay_vectorcall;
+    self->exec = (void *)(uintptr_t)exec;
+    self->device = device;
+    self->set_params = (SetParamsFn)(uintptr_t)set_params;
+    self->graph_launch = (GraphLaunchFn)(uintptr_t)graph_launch;
+    self->set_memcpy = (SetCopyFn)(uintptr_t)set_memcpy;
+    self->set_memset = (SetCopyFn)(uintptr_t)set_memset;
+    self->sync = (SyncFn)(uintptr_t)sync;
+    self->ctx_get_device = (CtxGetDeviceFn)(uintptr_t)ctx_get_device;
+    self->state = (uint64_t *)(uintptr_t)state;
+    self->current = Py_NewRef(current);
+    self->fallback = Py_NewRef(fallback_fn);
+    self->build = build == Py_None ? NULL : Py_NewRef(build);
+    self->get_stream = get_stream == Py_None ? NULL : Py_NewRef(get_stream);
+    self->lock = Py_NewRef(lock);
+    self->keep = Py_NewRef(keep);
+    self->tensor_types = Py_NewRef(tensor_types);
+    self->api = PyTuple_GET_SIZE(tensor_types) ? lp_exchange_api(PyTuple_GET_ITEM(tensor_types, 0)) : NULL;
+    if (ring != Py_None) {
+        unsigned long long address;
+        if (!PyArg_ParseTuple(ring, "KKK", &address, &self->slots, &self->capacity)) goto fail;
+        self->ring = (uint64_t *)(uintptr_t)address;
+        if (self->ring == NULL || self->slots == 0) {
+            PyErr_SetString(PyExc_ValueError, "a ring needs its memory and slots");
+            goto fail;
+        }
+    }
+    self->ntargets = PyTuple_GET_SIZE(targets);
+    self->ninputs = PyTuple_GET_SIZE(inputs);
+    self->noutputs = PyTuple_GET_SIZE(outputs);
+    self->targets = PyMem_Calloc((size_t)self->ntargets + 1, sizeof(Target));
+    self->inputs = PyMem_Calloc((size_t)self->ninputs + 1, sizeof(Input));
+    self->outputs = PyMem_Calloc((size_t)self->noutputs + 1, sizeof(Output));
+    if (self->targets == NULL || self->inputs == NULL || self->outputs == NULL) {
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t t = 0; t < self->ntargets; t++) {
+        if (parse_target(PyTuple_GET_ITEM(targets, t), &self->targets[t]) < 0) goto fail;
+        if (self->targets[t].kind == T_DEVICE && self->ring == NULL) {
+            PyErr_SetString(PyExc_ValueError, "a device target needs the ring");
+            goto fail;
+        }
+    }
+    for (Py_ssize_t i = 0; i < self->ninputs; i++) {
+        if (parse_input(PyTuple_GET_ITEM(inputs, i), &self->inputs[i], self) < 0) goto fail;
+    }
+    for (Py_ssize_t s = 0; s < self->noutputs; s++) {
+        PyObject *allocate, *uses;
+        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(outputs, s), "OO", &allocate, &uses)) goto fail;
+        self->outputs[s].allocate = Py_NewRef(allocate);
+        if (parse_uses(uses, &self->outputs[s].uses, &self->outputs[s].nuses, self) < 0) goto fail;
+    }
+    return (PyObject *)self;
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int Replay_traverse(Replay *self, visitproc visit, void *arg) {
+    Py_VISIT(self->current);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->build);
+    Py_VISIT(self->get_stream);
+    Py_VISIT(self->lock);
+    Py_VISIT(self->keep);
+    Py_VISIT(self->tensor_types);
+    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) Py_VISIT(self->outputs[s].allocate);
+    return 0;
+}
+
+static int Replay_clear(Replay *self) {
+    Py_CLEAR(self->current);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->build);
+    Py_CLEAR(self->get_stream);
+    Py_CLEAR(self->lock);
+    Py_CLEAR(self->keep);
+    Py_CLEAR(self->tensor_types);
+    Replay_free(self);
+    return 0;
+}
+
+static void Replay_dealloc(Replay *self) {
+    PyObject_GC_UnTrack(self);
+    Replay_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+PyTypeObject Replay_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "launchpad.launch._claunch.Replay",
+    .tp_basicsize = sizeof(Replay),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A recorded sequence's replay with new inputs (see launchpad/launch/pyreplay.py).",
+    .tp_new = Replay_new,
+    .tp_dealloc = (destructor)Replay_dealloc,
+    .tp_traverse = (traverseproc)Replay_traverse,
+    .tp_clear = (inquiry)Replay_clear,
+    .tp_vectorcall_offset = offsetof(Replay, vectorcall),
+    .tp_call = PyVectorcall_Call,
+};

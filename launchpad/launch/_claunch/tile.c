@@ -1,0 +1,61 @@
+/* cuTile's array ABI (OP_TILE_ARRAY): a tensor as its data pointer, extents and strides in elements,
+ * after every promise of the kernel's ArrayConstraint held; anything else goes to the Python
+ * executor, whose converter (launchpad/frontends/cutile/args.py) applies the same rules and words
+ * the refusal. */
+#include "claunch.h"
+
+#include <string.h>
+
+/* cuTile's test that no two indices reach one element: sorted by stride, the smallest stride is
+ * positive and each stride at least the previous one times its extent. */
+static int tile_disjoint(const int64_t *shape, const int64_t *strides, int ndim) {
+    int64_t s[32], n[32];
+    for (int i = 0; i < ndim; i++) {  /* insertion sort of (stride, extent) pairs */
+        int j = i;
+        while (j > 0 && (s[j - 1] > strides[i] || (s[j - 1] == strides[i] && n[j - 1] > shape[i]))) {
+            s[j] = s[j - 1];
+            n[j] = n[j - 1];
+            j--;
+        }
+        s[j] = strides[i];
+        n[j] = shape[i];
+    }
+    if (ndim && s[0] <= 0) return 0;
+    for (int i = 0; i + 1 < ndim; i++) {
+        if (n[i] != 0 && s[i] > INT64_MAX / n[i]) return 0;  /* the product passes every int64 stride */
+        if (s[i + 1] < s[i] * n[i]) return 0;
+    }
+    return 1;
+}
+
+/* cuTile's array ABI from a tensor: its data pointer, extents and strides (in elements), each as
+ * wide as its slot, after every promise of the kernel's ArrayConstraint held
+ * (launchpad/frontends/cutile/args.py words the refusals). */
+int lp_run_tile_array(Launch *L, const Op *op, PyObject *value) {
+    DLTensor t;
+    if (lp_read_tensor(L->self->api, L->self->tensor_types, value, &t) != LP_OK || !lp_on_device(&t, L->device)) return LP_FALLBACK;
+    if (lp_dtype_word(&t) != op->dtype || t.ndim != op->ndim || t.ndim > 32) return LP_FALLBACK;
+    uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
+    if (op->align > 1 && address % (uint64_t)op->align) return LP_FALLBACK;
+    int64_t strides[32], expected = 1;
+    for (int d = t.ndim - 1; d >= 0; d--) {  /* no strides: compact row-major */
+        strides[d] = t.strides ? t.strides[d] : expected;
+        expected *= t.shape[d];
+    }
+    for (int d = 0; d < t.ndim; d++) {
+        const int64_t *c = op->dims + 5 * d;
+        int64_t n = t.shape[d], s = strides[d];
+        if (n % c[0] || (c[1] != LP_NONE && n != c[1]) || s % c[2] || (c[3] != LP_NONE && s != c[3]) ||
+            (c[4] != LP_NONE && s < c[4]) || n < op->size || n > op->multiple_of || s < op->size ||
+            s > op->multiple_of)
+            return LP_FALLBACK;
+    }
+    if ((op->flags & 1) && !tile_disjoint(t.shape, strides, t.ndim)) return LP_FALLBACK;
+    memcpy(L->buffer + op->slots[0].offset, &address, 8);
+    for (int d = 0; d < t.ndim; d++) {
+        const Slot *extent = &op->slots[1 + d], *stride = &op->slots[1 + t.ndim + d];
+        memcpy(L->buffer + extent->offset, &t.shape[d], extent->size);  /* little-endian: the low bytes */
+        memcpy(L->buffer + stride->offset, &strides[d], stride->size);
+    }
+    return LP_OK;
+}

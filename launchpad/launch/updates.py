@@ -1,0 +1,186 @@
+"""How a replay changes the nodes of an instantiated graph: from the device, or from the host.
+
+**From the device** (where it can): the kept graph starts with launchpad's updater node, and every
+kernel node a replay changes is made device-updatable before instantiation. A replay writes its
+changes (``(device node, offset | size << 32, value)`` entries) into one slot of a ring in
+pinned host memory and launches the graph; the updater node reads the slot of its launch and
+applies the entries with ``cudaGraphKernelNodeSetParam`` before any other node starts. The host
+makes no driver call besides ``cuGraphLaunch``, and the GPU pays one small kernel instead of the
+re-upload of every node changed from the host (measured on an H100 in
+``benchmarks/experiments/graph_updates.py``: a 20-node step with new tensors, 27.9 against
+32.0 us per step). The ring's first word is the number of launches the updater has consumed: a
+replay waits before it overwrites a slot whose launch has not started. The updater is compiled
+once per process (NVRTC, then nvJitLink with CUDA's device runtime, ``libcudadevrt.a``).
+
+**From the host** (a copy or memset node, a kernel node the driver will not make device-updatable,
+or no device runtime): the node's whole parameter block (or ``CUDA_MEMCPY3D``,
+``CUDA_MEMSET_NODE_PARAMS``) is kept, patched, and handed to ``cuGraphExecKernelNodeSetParams``
+(``...MemcpyNodeSetParams``, ``...MemsetNodeSetParams``). A failed update restores the bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..core import driver as _driver
+from ..core import toolchain as _toolchain
+from ..core.params import parameter_block
+from ..errors import LaunchpadError
+from . import checks as _checks
+
+__all__ = ["DEVICE", "KERNEL", "MEMCPY", "MEMSET", "SLOTS", "Ring", "Target", "updater"]
+
+#: Target kinds, as ``replay.c`` numbers them.
+DEVICE, KERNEL, MEMCPY, MEMSET = range(4)
+#: Slots of the ring: how many replays the host may run ahead of the GPU's updater.
+SLOTS = 128
+#: Sizes of the copy nodes' parameter structs (``CUDA_MEMCPY3D``, ``CUDA_MEMSET_NODE_PARAMS``).
+_COPY_PARAMS = {"memcpy": 200, "memset": 40}
+
+UPDATER_SOURCE = r"""
+// launchpad's updater node: applies one ring slot's entries to the graph's device-updatable nodes.
+// ring: [launches consumed, 0, then a slot per launch: its entry count and `capacity` entries of three
+// words: the device node, offset | size << 32, the value (up to 8 bytes)]. counter: launches so far.
+// Each thread loads its entry and the count together (one round trip to host memory), then applies it.
+extern "C" __global__ void launchpad_apply_updates(const unsigned long long* ring, unsigned long long* counter,
+                                                   unsigned int slots, unsigned int capacity) {
+    unsigned long long launch = *counter;
+    const unsigned long long* slot = ring + 2 + (launch % slots) * (1 + 3ull * capacity);
+    for (unsigned int i = threadIdx.x; i < capacity; i += blockDim.x) {
+        const unsigned long long* e = slot + 1 + 3ull * i;
+        unsigned long long node = e[0], where = e[1], value = e[2], count = slot[0];
+        if (i >= count) break;
+        // a failed update would leave a node stale: stop the graph rather than run it so
+        if (cudaGraphKernelNodeSetParam((cudaGraphDeviceNode_t)node, where & 0xffffffffull, &value, where >> 32)
+            != cudaSuccess)
+            __trap();
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        *counter = launch + 1;
+        *(volatile unsigned long long*)ring = launch + 1;  // the host may reuse this slot
+    }
+}
+"""
+
+
+@functools.cache
+def updater(device: int) -> tuple[int, str]:
+    """The updater's function on ``device`` (0 where it cannot run) and why not."""
+    try:
+        if _driver.driver_version() < 12040:
+            return 0, "the driver is older than CUDA 12.4 (no device-side graph updates)"
+        major, minor = _driver.compute_capability(device)
+        if major < 7:
+            return 0, f"sm_{major}{minor} has no device-side graph updates"
+        library = _toolchain.device_runtime()
+        if library is None:
+            return 0, "CUDA's device runtime (libcudadevrt.a) is not installed: install launchpad's cu12 or cu13 extra"
+        arch = f"sm_{major}{minor}"
+        obj = _toolchain.compile_object(UPDATER_SOURCE, arch=arch, output="ltoir")
+        cubin = _toolchain.link([obj, library], arch, lto=True, what="launchpad's graph updater")
+        _module, function = _driver.load_function(cubin, "launchpad_apply_updates", device)
+    except LaunchpadError as exc:
+        return 0, f"launchpad's updater could not be built: {str(exc).splitlines()[0]}"
+    return int(function), ""
+
+
+class Ring:
+    """The pinned ring the updater node reads (see the module documentation), and the device
+    counter of its launches. ``capacity`` entries fit in each slot."""
+
+    def __init__(self, device: int, capacity: int, slots: int = SLOTS):
+        self.device = device
+        self.slots, self.capacity = slots, max(capacity, 1)
+        self.stride = 1 + 3 * self.capacity
+        pinned = torch.cuda.is_available()  # (not in tests on the fake GPU, whose "device" is the CPU)
+        self.memory = torch.zeros(2 + slots * self.stride, dtype=torch.int64, pin_memory=pinned)
+        self.counter = torch.zeros(1, dtype=torch.int64, device=f"cuda:{device}" if device >= 0 else "cpu")
+        self.words = (ctypes.c_uint64 * (2 + slots * self.stride)).from_address(self.memory.data_ptr())
+        self._args = [ctypes.c_void_p(self.memory.data_ptr()), ctypes.c_void_p(self.counter.data_ptr()),
+                      ctypes.c_uint32(slots), ctypes.c_uint32(self.capacity)]  # fmt: skip
+        self._params = (ctypes.c_void_p * 4)(*[ctypes.addressof(a) for a in self._args])
+
+    @property
+    def consumed(self) -> int:
+        return int(self.words[0])
+
+    def prologue(self, function: int) -> None:
+        """Launch the updater on torch's current stream (inside the capture: its first node)."""
+        stream = _checks.current_raw_stream(self.device)
+        _driver.launch_kernel(function, (1, 1, 1), (128, 1, 1), 0, stream, ctypes.addressof(self._params))
+
+    def slot(self, launch: int) -> int:
+        """The word where launch ``launch``'s slot starts (its count; its entries follow)."""
+        return 2 + (launch % self.slots) * self.stride
+
+    def write(self, launch: int, entries: list[tuple[int, int, int, bytes]]) -> None:
+        """Put ``(device node, offset, size, bytes)`` entries in the slot of launch ``launch``."""
+        if len(entries) > self.capacity:  # (a slot holds every use of every input and output at once)
+            raise LaunchpadError(f"{len(entries)} node updates do not fit a ring slot of {self.capacity}")
+        base = self.slot(launch)
+        for k, (devnode, offset, size, data) in enumerate(entries):
+            at = base + 1 + 3 * k
+            self.words[at] = devnode
+            self.words[at + 1] = offset | size << 32
+            self.words[at + 2] = int.from_bytes(data.ljust(8, b"\0"), "little")
+        self.words[base] = len(entries)
+
+
+@dataclass
+class Target:
+    """A node a replay changes, and how: ``kind`` is :data:`DEVICE` (``devnode``), :data:`KERNEL`
+    (the parameter block ``blob`` and its ``pointers`` array), :data:`MEMCPY` or :data:`MEMSET`
+    (the parameter struct ``blob``)."""
+
+    kind: int
+    index: int
+    name: str
+    handle: int = 0
+    devnode: int = 0
+    function: int = 0
+    grid: tuple = ()
+    block_dim: tuple = ()
+    shared_mem: int = 0
+    context: int = 0
+    blob: bytearray | None = None
+    pointers: Any = None  # KERNEL: the address array; MEMCPY/MEMSET: the ctypes view pinning the blob
+    params: Any = None  # MEMCPY/MEMSET: the driver's struct over ``blob``
+
+    @property
+    def address(self) -> int:
+        return ctypes.addressof(self.pointers)
+
+    def apply(self, exec_: int) -> None:
+        """Hand the patched block to the driver (host targets)."""
+        if self.kind == KERNEL:
+            _driver.set_kernel_node_params(exec_, self.handle, self.function, self.grid, self.block_dim,
+                                           self.shared_mem, self.address, self.context)  # fmt: skip
+        else:
+            _driver.set_copy_node(exec_, self.handle, "memset" if self.kind == MEMSET else "memcpy", self.params,
+                                  self.context)  # fmt: skip
+
+
+def host_target(index: int, node: Any, device: int) -> Target:
+    """A host-updated target of a node (see :class:`Target`)."""
+    if node.kind == "kernel":
+        layout = list(node.layout or ())
+        size = max((o + s for o, s in layout), default=0)
+        from ..core.params import Param
+
+        blob, pointers = parameter_block([Param(i, o, s, 1) for i, (o, s) in enumerate(layout)], size)
+        blob[: len(node.block)] = node.block
+        return Target(KERNEL, index, node.describe(index), node.handle, 0, node.function, node.grid, node.block_dim,
+                      node.shared_mem, node.context, blob, pointers)  # fmt: skip
+    size = _COPY_PARAMS[node.kind]
+    blob = bytearray(ctypes.string_at(node.params.getPtr(), size))
+    view = (ctypes.c_char * size).from_buffer(blob)
+    params = type(node.params)(_ptr=ctypes.addressof(view))
+    context = int(_driver.primary_context(device))
+    return Target(MEMSET if node.kind == "memset" else MEMCPY, index, node.describe(index), node.handle,
+                  context=context, blob=blob, pointers=view, params=params)  # fmt: skip

@@ -1,0 +1,286 @@
+"""Captures and graph updates on the fake GPU (tests/conftest.py's ``fake_gpu``), for recorded
+sequences without a GPU.
+
+A fake capture runs the function as it is: each launch of a launchpad kernel (packed by the real
+executors) becomes a kernel node with that launch's parameter bytes; :meth:`FakeGraphs.foreign`
+adds a kernel node launchpad did not make (a torch operation, as the driver would show it: a
+layout and a parameter block); launchpad's own copies (``copy_device_to_device``) become memcpy
+nodes. A fake driver keeps each node's parameters as the instantiated graph holds them: host-side
+updates (``cuGraphExec*SetParams``, from Python or from the compiled replay through C function
+pointers) replace them, and each graph launch first applies the ring slot of its launch to the
+device-updatable nodes, as launchpad's updater node does on a GPU. :meth:`FakeGraphs.reads` gives
+what each node reads now, so tests check behaviour, whichever way the nodes were updated.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import itertools
+import struct
+import threading
+import time
+import types
+
+import torch
+
+import launchpad as lp
+from launchpad.core import driver as _driver
+from launchpad.launch import checks as _checks
+from launchpad.launch import sequence as _sequence
+from launchpad.launch import updates as _updates
+from launchpad.launch.recording import Capture, Node
+
+UPDATER = 0xAB00  # the fake updater's function handle
+
+
+class _NodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
+    _fields_ = [("func", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_mem", ctypes.c_uint), ("kernel_params", ctypes.c_void_p), ("extra", ctypes.c_void_p),
+                ("kern", ctypes.c_void_p), ("ctx", ctypes.c_void_p)]  # fmt: skip
+
+
+SET_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(_NodeParams))
+SET_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+GRAPH_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+SYNC = ctypes.CFUNCTYPE(ctypes.c_int)
+CTX_GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
+
+
+class FakeCopyParams:
+    """A memcpy's driver struct (``CUDA_MEMCPY3D``): the fields the sequence reads, over a blob."""
+
+    SIZE, FIELDS = 200, (48, 136)
+
+    def __init__(self, addresses: tuple[int, ...] = (), _ptr: int = 0):
+        self._buffer = None if _ptr else ctypes.create_string_buffer(self.SIZE)
+        self._ptr = _ptr or ctypes.addressof(self._buffer)
+        for offset, address in zip(self.FIELDS, addresses):
+            ctypes.c_uint64.from_address(self._ptr + offset).value = address
+
+    def getPtr(self) -> int:
+        return self._ptr
+
+    @property
+    def srcDevice(self) -> int:
+        return ctypes.c_uint64.from_address(self._ptr + 48).value
+
+    @property
+    def dstDevice(self) -> int:
+        return ctypes.c_uint64.from_address(self._ptr + 136).value
+
+
+class FakeGraphs:
+    """See the module documentation."""
+
+    def __init__(self, fake_gpu, monkeypatch, device_updates: bool = True):
+        self.fake = fake_gpu
+        self.handles = itertools.count(0x100)
+        self.nodes: dict[int, Node] = {}  # every node captured, by handle
+        self.state: dict[int, bytearray] = {}  # what each node of the instantiated graph reads
+        self.devnodes: dict[int, int] = {}  # device node -> node handle
+        self.refuse_device: set[int] = set()  # node handles the "driver" will not make device-updatable
+        self.host_updates: list[int] = []  # node handles, in the order the host updated them
+        self.launched: list[tuple[int, int]] = []  # (graph exec, stream)
+        self.uploads = 0
+        self.fail_update: int | None = None  # a node handle whose host updates fail (until cleared)
+        self.fail_launch = False  # graph launches fail (until cleared)
+        self.delay = 0.0
+        self._capturing: list[Node] | None = None
+        self._captured_ring = None
+        self._execs = itertools.count(0xE000)
+        self.rings: dict[int, list] = {}  # graph exec -> [its ring, its launches so far]
+        monkeypatch.setattr(_updates, "updater", lambda device: (UPDATER, "") if device_updates else
+                            (0, "the fake driver has no device-side updates"))  # fmt: skip
+        monkeypatch.setattr(_updates.Ring, "prologue", lambda ring, function: self._prologue(ring, function))
+        monkeypatch.setattr(_sequence, "capture", self.capture)
+        monkeypatch.setattr(_driver, "copy_device_to_device", self._copy)
+        monkeypatch.setattr(_driver, "make_device_updatable", self._make_updatable)
+        monkeypatch.setattr(_driver, "graph_upload", lambda exec_, stream: setattr(self, "uploads", self.uploads + 1))
+        monkeypatch.setattr(_driver, "set_kernel_node_params", self._set_kernel)
+        monkeypatch.setattr(_driver, "set_copy_node", self._set_copy)
+        monkeypatch.setattr(_driver, "graph_launch", lambda exec_, stream: self._launch(exec_, stream))
+        # device memory: the fake GPU's CPU addresses (user space, under 2**48); a TMA-like encoding is not
+        monkeypatch.setattr(_driver, "pointer_device", lambda address: -1 if 0 < address < 1 << 48 else None)
+        monkeypatch.setattr(_driver, "primary_context", lambda device: 0xC0)
+        monkeypatch.setattr(_driver, "synchronize", lambda stream: None)
+        monkeypatch.setattr(_driver, "synchronize_device", lambda device: None)
+        monkeypatch.setattr(_checks, "current_raw_stream", lambda device: 0x5000)
+        monkeypatch.setattr(_checks, "current_device", lambda: -1)  # the fake GPU (CPU tensors)
+        monkeypatch.setattr(_sequence.Sequence, "_get_stream", staticmethod(lambda device: 0x5000))
+        fake_gpu.emulate = self._on_launch
+        # the same driver for the compiled replay: C functions at the addresses it calls
+        me = self
+        self._c = [SET_PARAMS(lambda e, n, p: me._c_set_kernel(n, p)), GRAPH_LAUNCH(lambda e, s: me._c_launch(e, s)),
+                   SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memcpy")),
+                   SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memset")), SYNC(lambda: 0),
+                   CTX_GET_DEVICE(lambda out: me._device(out))]  # fmt: skip
+        address = functools.partial(ctypes.cast, typ=ctypes.c_void_p)
+        monkeypatch.setattr(_driver, "graph_entry_points", lambda: tuple(address(f).value for f in self._c[:5]))
+        monkeypatch.setattr(_driver, "launch_entry_points", lambda: (0, 0, address(self._c[5]).value))
+
+    # --- recording -----------------------------------------------------------------------------
+
+    def record(self, fn, *args, **kwargs):
+        """``launchpad.record`` with the replay of the fake GPU's executor (compiled or Python)."""
+        seq = lp.record(fn, *args, compiled=self.fake.executor == "compiled", **kwargs)
+        assert seq.replay_path == self.fake.executor
+        return seq
+
+    def capture(self, fn, values, prologue=None, skip=frozenset()):
+        self._capturing, self._pool, self._captured_ring = [], [], None
+        try:
+            result = fn(**values)
+        finally:
+            nodes, self._capturing = self._capturing, None
+        for node in nodes:
+            self.nodes[node.handle] = node
+        exec_, ring = next(self._execs), self._captured_ring
+        graph = types.SimpleNamespace(instantiate=lambda: self._instantiate(nodes, exec_, ring),
+                                      raw_cuda_graph_exec=lambda: exec_, pool=self._pool)  # fmt: skip
+        return Capture(graph, nodes, result)
+
+    def pool(self, tensor: torch.Tensor) -> torch.Tensor:
+        """An intermediate the function allocates: kept as long as its capture's graph, as memory of
+        that graph's private pool is (so two captures alive at once never share an address)."""
+        if self._capturing is not None:
+            self._pool.append(tensor)
+        return tensor
+
+    def _add(self, node: Node) -> None:
+        if self._capturing is not None:
+            self._capturing.append(node)
+
+    def _on_launch(self, launch) -> None:
+        spec = self.fake._kernels[launch.function].spec
+        layout = tuple((p.offset, p.size) for p in spec.params)
+        block = bytearray(max((o + s for o, s in layout), default=0))
+        for (offset, size), data in zip(layout, launch.params):
+            block[offset : offset + size] = data
+        self._add(Node(next(self.handles), "kernel", launch.function, launch.grid, launch.block, launch.shared_mem, 0,
+                       layout, bytes(block), types.SimpleNamespace(spec=spec), spec.display_name))  # fmt: skip
+
+    def foreign(self, name: str, *params: tuple[int, bytes | int]) -> None:
+        """A kernel launchpad did not make, inside the function: ``(size, bytes or address)`` per
+        parameter, laid out naturally aligned (pointers and arrays of them at 8 bytes)."""
+        layout, block, pos = [], bytearray(), 0
+        for size, value in params:
+            data = value if isinstance(value, bytes) else struct.pack("<Q", value)
+            align = min(8, size) if size <= 8 else 8
+            pos = (pos + align - 1) // align * align
+            layout.append((pos, size))
+            block[len(block) :] = bytes(pos - len(block)) + data
+            pos += size
+        self._add(Node(next(self.handles), "kernel", 0xF000 + len(name), (1, 1, 1), (128, 1, 1), 0, 0, tuple(layout),
+                       bytes(block), None, name))  # fmt: skip
+
+    def node(self, kind: str, **fields) -> None:
+        """A node of another kind inside the function (a host function, a child graph)."""
+        self._add(Node(next(self.handles), kind, **fields))
+
+    def _copy(self, destination, source, nbytes, stream) -> None:
+        assert self._capturing is not None, "launchpad copies only inside its capture"
+        params = FakeCopyParams((source, destination))
+        self._add(Node(next(self.handles), "memcpy", addresses=(source, destination), params=params))
+
+    def _prologue(self, ring, function) -> None:
+        assert function == UPDATER and self._capturing is not None
+        self._captured_ring = ring  # (the updater node itself is left out of the snapshot, as on a GPU)
+
+    # --- the instantiated graph ---------------------------------------------------------------
+
+    def _instantiate(self, nodes, exec_, ring) -> None:
+        if ring is not None:
+            self.rings[exec_] = [ring, 0]
+        for node in nodes:
+            if node.kind == "kernel" and node.block is not None:
+                self.state[node.handle] = bytearray(node.block)
+            elif node.kind in ("memcpy", "memset"):
+                self.state[node.handle] = bytearray(ctypes.string_at(node.params.getPtr(), 200 if node.kind ==
+                                                                     "memcpy" else 40))  # fmt: skip
+
+    def _make_updatable(self, handle: int) -> int | None:
+        if handle in self.refuse_device:
+            return None
+        self.devnodes[handle + 0xD0000] = handle
+        return handle + 0xD0000
+
+    def _set_kernel(self, exec_, handle, function, grid, block, shared_mem, params, context) -> None:
+        if self.delay:
+            time.sleep(self.delay)  # the GIL is released meanwhile: another thread may run
+        if self.fail_update == handle:
+            raise lp.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuGraphExecKernelNodeSetParams")
+        layout = self.nodes[handle].layout
+        pointers = (ctypes.c_void_p * len(layout)).from_address(params)
+        for (offset, size), pointer in zip(layout, pointers):
+            self.state[handle][offset : offset + size] = ctypes.string_at(pointer, size)
+        self.host_updates.append(handle)
+
+    def _set_copy(self, exec_, handle, kind, params, context) -> None:
+        if self.fail_update == handle:
+            raise lp.CudaError(1, "CUDA_ERROR_INVALID_VALUE", "invalid argument", "cuGraphExecMemcpyNodeSetParams")
+        self.state[handle][:] = ctypes.string_at(params.getPtr(), len(self.state[handle]))
+        self.host_updates.append(handle)
+
+    def _launch(self, exec_, stream) -> None:
+        if self.fail_launch:
+            raise lp.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access", "cuGraphLaunch")
+        if exec_ in self.rings:  # launchpad's updater node: this launch's slot
+            ring, launches = self.rings[exec_]
+            base = 2 + (launches % ring.slots) * (1 + 3 * ring.capacity)
+            count, words = ring.words[base], ring.words[base + 1 :]
+            for k in range(count):
+                devnode, where, value = words[3 * k], words[3 * k + 1], words[3 * k + 2]
+                offset, size = where & 0xFFFFFFFF, where >> 32
+                self.state[self.devnodes[devnode]][offset : offset + size] = value.to_bytes(8, "little")[:size]
+            self.rings[exec_][1] = launches + 1
+            ring.words[0] = launches + 1
+        self.launched.append((exec_, stream))
+
+    # --- the compiled replay's calls -----------------------------------------------------------
+
+    def _c_set_kernel(self, handle, params) -> int:
+        p = params.contents
+        try:
+            self._set_kernel(0, handle, p.func, tuple(p.grid), tuple(p.block), p.shared_mem, p.kernel_params,
+                             p.ctx)  # fmt: skip
+        except lp.CudaError as exc:
+            return exc.code
+        return 0
+
+    def _c_set_copy(self, handle, params, kind) -> int:
+        try:
+            self._set_copy(0, handle, kind, types.SimpleNamespace(getPtr=lambda: params), 0)
+        except lp.CudaError as exc:
+            return exc.code
+        return 0
+
+    def _c_launch(self, exec_, stream) -> int:
+        try:
+            self._launch(exec_, stream or 0)
+        except lp.CudaError as exc:
+            return exc.code
+        return 0
+
+    def _device(self, out) -> int:
+        out[0] = -1  # the fake GPU's device (CPU tensors)
+        return 0
+
+    # --- what tests read ------------------------------------------------------------------------
+
+    def reads(self, seq, index: int) -> bytes:
+        """The parameter block (or copy struct) node ``index`` of ``seq``'s graph holds now."""
+        return bytes(self.state[seq._plan.nodes[index].handle])
+
+    def words(self, seq, index: int) -> list[int]:
+        """Node ``index``'s 8-byte words now (its pointers)."""
+        data = self.reads(seq, index)
+        return [int.from_bytes(data[i : i + 8], "little") for i in range(0, len(data) - 7, 8)]
+
+
+def run_threads(target, args_list):
+    threads = [threading.Thread(target=target, args=args) for args in args_list]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

@@ -1,0 +1,183 @@
+"""Recorded sequences with nodes launchpad did not make (torch's kernels, cuBLAS, copies), copies of
+what no node can be re-pointed for, and outputs, on the fake GPU (``tests/fake_graphs.py``).
+
+The foreign kernels here are laid out as the driver shows torch's (measured on an H100, see
+``benchmarks/experiments/graph_updates.py``'s survey): an elementwise kernel's pointers inside a
+16-byte ``Array<char*, 2>``, a reduction's inside a 1,048-byte ``ReduceOp``, cuBLAS's inside a
+736-byte struct.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+from fake_graphs import FakeCopyParams, FakeGraphs
+
+import launchpad as lp
+
+SOURCE = r"""
+extern "C" __global__ void scale(float* out, const float* x, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = s * x[i];
+}
+"""
+N = 64
+
+
+@pytest.fixture(scope="module")
+def module():
+    return lp.compile_cuda_module(SOURCE, ["scale"], arch="sm_90")
+
+
+@pytest.fixture(params=["device", "host"])
+def graphs(request, fake_gpu, monkeypatch) -> FakeGraphs:
+    return FakeGraphs(fake_gpu, monkeypatch, device_updates=request.param == "device")
+
+
+def f32(n: int = N, value: float = 1.0) -> torch.Tensor:
+    return torch.full((n,), value)
+
+
+def relu(graphs, out, x):
+    """torch.relu as the driver shows it: (int n, OffsetCalculator, Array<char*, 2> {out, x})."""
+    graphs.foreign("at::native::vectorized_elementwise_kernel<4, relu>", (4, struct.pack("<i", N)), (24, bytes(24)),
+                   (16, struct.pack("<QQ", out.data_ptr(), x.data_ptr())))  # fmt: skip
+
+
+def test_torch_kernels_copies_and_reductions_follow_new_inputs(module, graphs):
+    scale = graphs.fake.install(module["scale"])
+    reduced = torch.empty(1)
+
+    def step(x, y, alpha):
+        h = graphs.pool(torch.empty(N))
+        relu(graphs, h, x)  # node 0: x inside an array of pointers
+        config = bytearray(1048)
+        config[984:992] = struct.pack("<Q", x.data_ptr())
+        config[760:768] = struct.pack("<Q", reduced.data_ptr())
+        graphs.foreign("at::native::reduce_kernel<512, 1, ReduceOp<sum>>", (1048, bytes(config)))  # node 1
+        graphs.foreign("at::native::add_kernel", (4, struct.pack("<f", alpha)), (8, y.data_ptr()))  # node 2: alpha, y
+        tmp = graphs.pool(torch.empty(N))
+        graphs.node("memcpy", addresses=(y.data_ptr(), tmp.data_ptr()), params=FakeCopyParams((y.data_ptr(),
+                                                                                               tmp.data_ptr())))  # fmt: skip
+        scale[1, N](h, tmp, 2.0, N)  # node 4
+
+    seq = graphs.record(step, f32(), f32(), 0.5)
+    x2, y2 = f32(), f32()
+    seq(x2, y2, alpha=-3.25)
+    assert graphs.words(seq, 0)[5] == x2.data_ptr()  # the array's second pointer
+    assert graphs.words(seq, 1)[123] == x2.data_ptr() and graphs.words(seq, 1)[95] == reduced.data_ptr()
+    assert graphs.reads(seq, 2)[:4] == struct.pack("<f", -3.25) and graphs.words(seq, 2)[1] == y2.data_ptr()
+    assert graphs.reads(seq, 3)[48:56] == struct.pack("<Q", y2.data_ptr())  # the copy's source
+    text = seq.explain()
+    assert "input 'x': written into 2 place(s)" in text and "copied" not in text
+
+
+def test_an_input_no_node_can_follow_is_copied_in_and_back(module, graphs):
+    scale = graphs.fake.install(module["scale"])
+
+    def step(x, out):
+        # a kernel that holds x's address in a form launchpad cannot re-point (a TMA descriptor, say)
+        graphs.foreign("nvjet_sm90_tst_64x8_64x16", (16, struct.pack("<QQ", x.data_ptr() >> 4, 0x1234)))
+        x.add_(1.0)  # the function writes x: a copy back after each replay
+        scale[1, N](out, x, 2.0, N)
+
+    x, out = f32(), f32()
+    seq = graphs.record(step, x, out)
+    assert "copies x" in repr(seq)
+    assert "input 'x': copied into the sequence's own buffer before each replay and back after it, because node 0 " \
+           "(kernel 'nvjet_sm90_tst_64x8_64x16', not launchpad's) holds it in a form launchpad cannot re-point (param " \
+           "0, bytes 0-7)" in seq.explain()  # fmt: skip
+    static = graphs.words(seq, 1)[0] << 4  # what the foreign kernel reads: the sequence's buffer, never x2
+    x2 = f32()
+    seq(x2)
+    assert graphs.reads(seq, 0)[48:56] == struct.pack("<Q", x2.data_ptr())  # copied in from x2
+    assert graphs.reads(seq, seq.nodes - 1)[136:144] == struct.pack("<Q", x2.data_ptr())  # and back into x2
+    assert graphs.words(seq, 1)[0] << 4 == static and graphs.words(seq, 2)[1] == static  # both read the buffer
+
+
+def test_each_replay_returns_new_outputs(module, graphs):
+    scale = graphs.fake.install(module["scale"])
+
+    def step(x, s):
+        out = torch.empty(N)
+        scale[1, N](out, x, s, N)
+        return out
+
+    seq = graphs.record(step, f32(), 2.0)
+    first = seq(f32(), 3.0)
+    assert graphs.words(seq, 0)[0] == first.data_ptr() and first.shape == (N,) and first.dtype == torch.float32
+    second = seq(s=4.0)
+    assert second.data_ptr() != first.data_ptr() and graphs.words(seq, 0)[0] == second.data_ptr()
+    assert "output 0: new memory each replay, written there by 1 re-pointed place(s)" in seq.explain()
+
+
+def test_outputs_in_tuples_dicts_views_inputs_and_bound_memory(module, graphs):
+    scale = graphs.fake.install(module["scale"])
+    bound = f32()
+
+    def step(x):
+        out = torch.empty(2, N)
+        scale[1, N](out[1], x, 2.0, N)
+        scale[1, N](bound, x, 3.0, N)
+        return {"out": out, "row": (out[1], None), "x": x[1:], "bound": bound}
+
+    seq = graphs.record(step, f32())
+    x2 = f32()
+    got = seq(x2)
+    assert set(got) == {"out", "row", "x", "bound"} and got["row"][1] is None
+    assert got["out"].shape == (2, N) and got["row"][0].data_ptr() == got["out"].data_ptr() + 4 * N
+    assert graphs.words(seq, 0)[0] == got["row"][0].data_ptr()
+    assert got["x"].data_ptr() == x2.data_ptr() + 4 and got["x"].shape == (N - 1,)
+    assert got["bound"] is bound
+
+
+def test_an_output_no_node_can_follow_is_copied_out(module, graphs):
+    def step(x):
+        out = torch.empty(N)
+        graphs.foreign(
+            "nvjet_sm90_tst_64x8_64x16", (16, struct.pack("<QQ", x.data_ptr(), out.data_ptr() >> 4 | 0xF << 60))
+        )
+        return out
+
+    seq = graphs.record(step, f32())
+    got = seq(f32())
+    assert graphs.reads(seq, seq.nodes - 1)[136:144] == struct.pack("<Q", got.data_ptr())  # the copy's destination
+    assert "output 0: new memory each replay, copied there at the graph's end, because node 0" in seq.explain()
+
+
+def test_nccl_kernels_are_never_re_pointed(graphs):
+    with pytest.raises(lp.RecordError, match=r"^sequence input 'x' is read by the NCCL kernel 'ncclDevKernel_AllReduce' "
+                       r"\(node 0\): NCCL's kernels must not be re-pointed \(NVIDIA/nccl#961\)"):  # fmt: skip
+        graphs.record(lambda x: graphs.foreign("ncclDevKernel_AllReduce", (8, x.data_ptr())), f32())
+
+
+def test_a_kernel_whose_parameters_the_driver_cannot_list(module, graphs):
+    scale = graphs.fake.install(module["scale"])
+
+    def step(x, s):
+        graphs.node("kernel", function=0xF99, layout=None, block=None, name="opaque")
+        scale[1, N](f32(), x, s, N)
+
+    with pytest.raises(lp.RecordError, match=r"^sequence input 's' may reach node 0 \(kernel 'opaque', not "
+                       r"launchpad's\), whose parameters the driver cannot list"):  # fmt: skip
+        graphs.record(step, f32(), 2.0)
+    seq = graphs.record(lambda x: step(x, 2.0), f32())
+    assert "because node 0 (kernel 'opaque', not launchpad's) has parameters the driver cannot list" in seq.explain()
+
+
+def test_uninitialized_padding_does_not_pass_for_an_address(graphs):
+    """torch's functors carry padding that differs on every capture: that is no address of the output."""
+    import os
+
+    def step(x):
+        out = torch.empty(N)
+        graphs.foreign("at::native::clamp_scalar_kernel", (4, struct.pack("<i", N)), (24, os.urandom(24)),
+                       (16, struct.pack("<QQ", out.data_ptr(), x.data_ptr())))  # fmt: skip
+        return out
+
+    seq = graphs.record(step, f32())
+    got = seq(f32())
+    assert graphs.words(seq, 0)[4] == got.data_ptr()  # the output's pointer re-pointed, nothing copied
+    assert "written there by 1 re-pointed place(s)" in seq.explain() and "copied" not in seq.explain()
