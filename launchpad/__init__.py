@@ -1,13 +1,15 @@
 """launchpad: launch CUDA kernels from Python with the lowest overhead Python can reach.
 
 C++ kernels compiled at run time (:func:`compile_cuda`), Triton kernels (:func:`from_triton`,
-:func:`load_triton`, :func:`triton_launcher`), Numba kernels (:func:`from_numba`) and cuTile
-kernels (:func:`from_cutile`) all become
-one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current stream with one packed
+:func:`load_triton`, :func:`triton_launcher`), Numba kernels (:func:`from_numba`), cuTile kernels
+(:func:`from_cutile`) and the Triton kernels of Helion's host functions (:func:`helion_kernel`) all
+become one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current stream with one packed
 argument buffer, by the compiled executor where it is built and the Python one otherwise.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from .core.cache import cache_dir
 from .core.params import Param
@@ -28,6 +30,7 @@ from .errors import (
 )
 from .frontends.cpp.compiler import compile_cuda, compile_cuda_module, compile_cuda_object, link
 from .frontends.cutile.frontend import from_cutile
+from .frontends.helion.kernel import HelionKernel
 from .frontends.numba.frontend import from_numba
 from .frontends.triton.cache_folder import load_triton
 from .frontends.triton.in_process import from_triton
@@ -55,6 +58,7 @@ __all__ = [
     "CacheWarning",
     "CompileError",
     "CudaError",
+    "HelionKernel",
     "Kernel",
     "KernelSpec",
     "LaunchpadError",
@@ -75,6 +79,7 @@ __all__ = [
     "from_image",
     "from_numba",
     "from_triton",
+    "helion_kernel",
     "launch_path",
     "link",
     "load",
@@ -85,3 +90,14 @@ __all__ = [
     "triton_launcher",
 ]
 _PARTS = (Arg, LaunchPlan, Param)
+
+
+def helion_kernel(kernel: Any) -> HelionKernel:
+    """A ``@helion.kernel`` whose launches go through launchpad: ``helion_kernel(k)(*args)`` returns
+    what ``k(*args)`` returns (see :mod:`launchpad.frontends.helion.kernel`).
+
+    The Helion front end launches through :func:`triton_launcher`, given here (front ends do not
+    import one another). Raises :class:`UnsupportedVersion` for a Helion release launchpad does not
+    follow, :class:`ArgumentError` for what is not a Helion kernel.
+    """
+    return HelionKernel(kernel, triton_launcher)

@@ -47,6 +47,18 @@ DEMO_ARCH = "sm_90"  # what the demo compiles for when there is no GPU to ask
 # --- info ----------------------------------------------------------------------------------------
 
 
+def _helion_note(version: str) -> str:
+    """What launchpad.helion_kernel makes of the installed Helion."""
+    from .errors import UnsupportedVersion
+    from .frontends.helion.versions import check_installed, supported_text
+
+    try:
+        check_installed(version)
+    except UnsupportedVersion:
+        return f" (launchpad.helion_kernel refuses it: it follows helion {supported_text()})"
+    return " (launchpad.helion_kernel)"
+
+
 def cmd_info(args: argparse.Namespace) -> int:
     env = environment()
     if args.json:
@@ -61,6 +73,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         extra = ""
         if name == "torch" and version is not None:
             extra = f" (CUDA {env['torch_cuda']})" if env["torch_cuda"] else " (no CUDA support in this build)"
+        elif name == "helion" and version is not None:
+            extra = _helion_note(version)
         print(f"  {name:<14} {version or 'not installed'}{extra}")
     print(f"  {'driver':<14} {'CUDA ' + env['driver'] if env['driver'] else 'none (no CUDA driver found)'}")
     path, why = env["launch_path"]

@@ -224,7 +224,8 @@ def test_describe_keeps_the_first_lines_of_a_compiler_log():
 
 def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float] | None = None,
                 compile_s: dict[str, float] | None = None, missing: dict[str, str] | None = None,
-                sequence: dict[str, float] | None = None) -> dict:  # fmt: skip
+                sequence: dict[str, float] | None = None,
+                helion: dict[str, dict[str, float]] | None = None) -> dict:  # fmt: skip
     """A report with the given medians (ns for launches and per kernel of a sequence, s for compile times)."""
     groups = {
         k: ("floor" if k == "c_floor" else "launchpad" if k.startswith("lp_") else "peer")
@@ -246,6 +247,13 @@ def make_report(launch: dict[str, float] | None = None, sweep32: dict[str, float
         results = {k: _record(k, [v], "floor" if k == "c_floor" else "launchpad") for k, v in sequence.items()}
         harness.add_ratios(results, "c_floor")
         report["sequence"] = {"floor": "c_floor", "kernels": 20, "updated": [1, 4, 20], "results": results}
+    if helion is not None:
+        groups = {}
+        for name, medians in helion.items():
+            results = {k: _record(k, [v], "launchpad" if k.startswith("lp_") else "peer") for k, v in medians.items()}
+            harness.add_ratios(results, f"helion_{name}")
+            groups[name] = {"kernel": name, "floor": f"helion_{name}", "results": results}
+        report["helion"] = {"groups": groups}
     if compile_s is not None:
         report["compile"] = {
             k: {"label": k, "status": "ok", "stats": harness.summarize([v])} for k, v in compile_s.items()
@@ -272,6 +280,7 @@ def test_targets_pass_on_good_figures():
         sweep32={"c_floor": 8100, "lp_triton": 15000, "triton_bare": 23000},
         compile_s={"nvrtc_small": 0.07, "cache_hit": 0.012, "import_launchpad": 0.05},
         sequence=GOOD_SEQUENCE,
+        helion=GOOD_HELION,
     )
     report["sequence"]["sizes"] = {"16 KB": {"seq_new": 28.0, "torch_copy": 30.0, "ratio": 28 / 30}}
     results = targets.evaluate(report)
@@ -285,6 +294,33 @@ def test_targets_pass_on_good_figures():
 
 GOOD_SEQUENCE = {"c_floor": 3600, "seq_one_by_one": 4300, "seq_torch_graph": 2100, "seq_plain": 700,
                  "seq_new_1": 750, "seq_new_4": 780, "seq_new_20": 850}  # ns per kernel  # fmt: skip
+
+
+GOOD_HELION = {"add": {"helion_add": 67000, "lp_helion_add": 15000}, "matmul": {"helion_matmul": 60000,
+                                                                                "lp_helion_matmul": 14000}}  # fmt: skip
+
+
+def test_the_helion_targets():
+    t = by_prefix(make_report(helion=GOOD_HELION), "Helion add")
+    assert t.status == "PASS" and t.measured == "15.0 us against 67.0 us: 4.47x fewer (needs 2x)"
+    slow = {**GOOD_HELION, "matmul": {"helion_matmul": 60000, "lp_helion_matmul": 31000}}
+    assert by_prefix(make_report(helion=slow), "Helion matmul").status == "FAIL"
+    assert by_prefix(make_report(), "Helion add").status == "N/A"
+    missing = by_prefix({"helion": {"missing": "helion is not installed"}}, "Helion matmul")
+    assert (missing.status, missing.detail) == ("N/A", "helion is not installed")
+    broken = make_report(helion=GOOD_HELION)
+    broken["helion"]["groups"]["add"]["results"]["lp_helion_add"] = {"label": "lp", "status": "error", "reason": "boom"}
+    assert by_prefix(broken, "Helion add").status == "FAIL"
+
+
+def test_helion_tables_render_each_kernel():
+    from launchpad.bench.helion import helion_tables
+
+    text = helion_tables(make_report(helion=GOOD_HELION)["helion"], report.format_table, "")
+    assert "15.00" in text and "0.22x" in text and "67.00" in text and text.count("us/call") == 2
+    assert helion_tables({"missing": "helion is not installed"}, report.format_table, "### ") == (
+        "### Helion\n\nnot measured: helion is not installed"
+    )
 
 
 def test_the_sequence_target():

@@ -15,7 +15,7 @@ import torch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 PAGES = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
-NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda", "cutile.md": "cuda.tile"}  # pages needing a front end
+NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda", "cutile.md": "cuda.tile", "helion.md": "helion"}
 HAS_GPU = torch.cuda.is_available()
 
 

@@ -3,7 +3,8 @@
 Sections: ``compile`` (compile and load times), ``import`` (import time, fresh processes),
 ``launch`` (launch overhead of every launcher, and end to end), ``sweep`` (per-launch cost
 against the number of pointer arguments), ``sequence`` (recorded sequences against their anchors,
-:mod:`launchpad.bench.sequences`). The last three need a GPU.
+:mod:`launchpad.bench.sequences`), ``helion`` (Helion kernels, :mod:`launchpad.bench.helion`). The
+last four need a GPU.
 
 Results go to ``<out>/latest.json`` (versions, configuration and every sample),
 ``latest.md`` (tables for the README) and ``latest.png`` (chart); tables and the targets'
@@ -26,13 +27,14 @@ from typing import Any
 
 from . import harness
 from .harness import add_ratios, measure, measure_e2e, record_e2e, record_samples, set_up
+from .helion import helion_section, helion_tables
 from .report import LAUNCH_HEADER, format_table, launch_rows, markdown_table, ratio_text, us, write_json, write_png
 from .sequence_section import sequence_section, sequence_tables
 from .targets import evaluate
 
 SCHEMA = "launchpad.bench/1"
-SECTIONS = ("compile", "import", "launch", "sweep", "sequence")
-GPU_SECTIONS = ("launch", "sweep", "sequence")
+SECTIONS = ("compile", "import", "launch", "sweep", "sequence", "helion")
+GPU_SECTIONS = ("launch", "sweep", "sequence", "helion")
 
 
 def default_out() -> Path:
@@ -279,11 +281,13 @@ def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool)
     seq = report.get("sequence")
     if seq and "results" in seq:
         parts += sequence_tables(seq, head, table)
+    if report.get("helion") and "error" not in report["helion"]:
+        parts.append(helion_tables(report["helion"], table, head))
     comp = report.get("compile")
     if comp and "error" not in comp:
         parts.append(f"{head}Compile, load and import times\n\n" + table(*compile_table(comp)))
     parts.append(f"{head}Targets\n\n" + table(*targets_table(report["targets"]), align="lll"))
-    for name in ("compile", "launch", "sweep", "sequence"):
+    for name in ("compile", "launch", "sweep", "sequence", "helion"):
         error = (report.get(name) or {}).get("error")
         if error:
             parts.append(f"{head}{name}: failed\n\n{error}")
@@ -377,6 +381,8 @@ def run(
                 section("sweep", lambda: sweep_section(ctx, cfg, patterns, log))
             if "sequence" in sections:
                 section("sequence", lambda: sequence_section(ctx, cfg.sequence_rounds, cfg.sequence_batch, log))
+            if "helion" in sections:
+                section("helion", lambda: helion_section(cfg, log))
     report["targets"] = [t.to_json() for t in evaluate(report)]
     report.setdefault("elapsed_s", {})["total"] = round(time.perf_counter() - started, 2)
 

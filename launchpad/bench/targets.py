@@ -184,6 +184,25 @@ def _sizes_target() -> Callable[[dict[str, Any]], tuple[str, str, str]]:
     return evaluate_one
 
 
+def _helion_target(name: str, factor: float) -> Callable[[dict[str, Any]], tuple[str, str, str]]:
+    """``launchpad.helion_kernel(k)(...)`` ``factor`` times faster per call than ``k(...)`` itself."""
+
+    def evaluate_one(report: dict[str, Any]) -> tuple[str, str, str]:
+        section = report.get("helion") or {}
+        if "missing" in section or "groups" not in section:
+            raise _NA(section.get("missing") or "the helion section was not run")
+        results = section["groups"].get(name, {}).get("results", {})
+        record = results.get(f"lp_helion_{name}")
+        if record is not None and record.get("status") in ("error", "missing"):
+            raise _Failed(f"{record.get('label')} failed: {record.get('reason', '')}")
+        ours, _ = _median(record, f"lp_helion_{name}", "helion")
+        theirs, _ = _median(results.get(f"helion_{name}"), f"helion_{name}", "helion")
+        return _verdict(theirs / ours >= factor), (f"{ours / 1000:.1f} us against {theirs / 1000:.1f} us: "
+                                                   f"{theirs / ours:.2f}x fewer (needs {factor:g}x)"), ""  # fmt: skip
+
+    return evaluate_one
+
+
 _PEERS = ("triton_bare", "cuda_core", "torch_static", "tvm_ffi")
 
 #: (name, evaluation) of every target, in the order the report prints them.
@@ -207,6 +226,10 @@ TARGETS: list[tuple[str, Callable[[dict[str, Any]], tuple[str, str, str]]]] = [
      "kernel, >= 2.5x faster than the 20 launches, faster than torch's CUDAGraph after copy_", _sequence_target(0.25, 2.5)),
     ("recorded sequence, GPU-bound wall time per step with 2 new inputs: no worse than torch's CUDAGraph after copy_ "
      "at every input size from 16 KB to 256 MB", _sizes_target()),
+    ("Helion add (4,096 floats) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion kernel "
+     "called itself", _helion_target("add", 2.0)),
+    ("Helion matmul (256^3 fp16) through launchpad.helion_kernel: >= 2x fewer us per call than the Helion kernel "
+     "called itself", _helion_target("matmul", 2.0)),
 ]  # fmt: skip
 
 

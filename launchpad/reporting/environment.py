@@ -19,6 +19,7 @@ DISTRIBUTIONS: dict[str, tuple[str, ...]] = {
     "numba-cuda": ("numba-cuda",),
     "cuda-tile": ("cuda-tile",),
     "tileiras": ("nvidia-cuda-tileiras",),
+    "helion": ("helion",),
     "cuda-core": ("cuda-core",),
     "cuda-bindings": ("cuda-bindings",),
     "cupy": ("cupy", "cupy-cuda13x", "cupy-cuda12x"),

@@ -25,7 +25,7 @@ from .cache_folder import ttir_leaves
 from .spec import Leaf, build_spec, divisible16, jsonable
 from .versions import check_installed, convention
 
-__all__ = ["from_triton", "with_source"]
+__all__ = ["from_triton", "source_class", "with_source"]
 
 
 # --- CompiledKernel ----------------------------------------------------------------------------
@@ -94,6 +94,20 @@ def with_source(spec: KernelSpec, fn: Any) -> KernelSpec:
 
 
 # --- compiling a jit function --------------------------------------------------------------------
+
+
+def source_class(jit_fn: Any) -> Any:
+    """The source class Triton compiles ``jit_fn`` through: ``ASTSource``, or ``GluonASTSource``
+    for a ``@gluon.jit`` function (whose body is lowered as Gluon, straight to TTGIR), as
+    ``JITFunction.run`` picks it."""
+    from triton.compiler import ASTSource
+
+    is_gluon = getattr(jit_fn, "is_gluon", None)
+    if is_gluon is not None and is_gluon():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
+    return ASTSource
 
 
 def _target(target: Any) -> Any:
@@ -177,7 +191,7 @@ def _compile_jit(
 ) -> Any:
     check_installed()
     import triton
-    from triton.compiler import ASTSource, make_backend
+    from triton.compiler import make_backend
 
     if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "params"):
         raise ArgumentError(f"expected a @triton.jit function or a CompiledKernel, got {type(jit_fn).__name__}")
@@ -192,7 +206,9 @@ def _compile_jit(
     target = _target(target)
     backend = make_backend(target)
     options = _run_options(jit_fn, {k: v for k, v in options.items() if v is not None}, backend)
-    src = ASTSource(jit_fn, _signature_of(jit_fn, signature, constexprs), constexprs, _attrs_of(jit_fn, attrs))
+    src = source_class(jit_fn)(
+        jit_fn, _signature_of(jit_fn, signature, constexprs), constexprs, _attrs_of(jit_fn, attrs)
+    )
     try:
         return triton.compile(src, target=target, options=options)
     except LaunchpadError:

@@ -24,7 +24,7 @@ from ...errors import ArgumentError
 from ...kernel import Kernel
 from ...launch import executor as _executor
 from .autotune import wrap
-from .in_process import _from_compiled, _run_options, _target, with_source
+from .in_process import _from_compiled, _run_options, _target, source_class, with_source
 from .versions import check_installed
 
 __all__ = ["TritonLauncher", "triton_launcher"]
@@ -214,7 +214,6 @@ class TritonLauncher:
     def _compile(self, target, backend, kwargs, bound, specialization, options) -> Any:
         import triton
         from triton._utils import find_paths_if, get_iterable_path
-        from triton.compiler import ASTSource
 
         fn = self.fn
         if hasattr(fn, "_pack_args"):  # Triton 3.5+
@@ -232,7 +231,8 @@ class TritonLauncher:
             attrvals = [s[1] for s in specialization]
             paths = find_paths_if(attrvals, lambda _, v: isinstance(v, str))
             attrs = {p: backend.parse_attr(get_iterable_path(attrvals, p)) for p in paths}
-        return triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options.__dict__)
+        source = source_class(fn)(fn, signature, constexprs, attrs)  # a Gluon function's is Gluon's
+        return triton.compile(source, target=target, options=options.__dict__)
 
 
 _LAUNCHERS_ATTR = "_launchpad_launcher"

@@ -1,0 +1,151 @@
+"""A Helion kernel called through launchpad: :class:`HelionKernel`.
+
+``hk = launchpad.helion_kernel(k)`` for a ``@helion.kernel`` ``k``; ``hk(*args)`` returns what
+``k(*args)`` returns, computed by the same generated code. Per call it computes Helion's
+specialization key (:mod:`launchpad.frontends.helion.keys`), finds the host function Helion
+compiled for that key and calls it with a launchpad launcher as ``_launcher``
+(:mod:`launchpad.frontends.helion.launch`). Helion's own per-call binding (``Kernel.bind``, a
+new key object and cache lookup per call) and its Triton launches (``JITFunction.run``) are the
+costs this removes; Helion's host code (output allocation, grid arithmetic) still runs.
+
+On a new key everything is Helion's: ``Kernel.bind`` traces the kernel, the bound kernel's config
+comes from the kernel's ``config=``, its single entry of ``configs=``, the default config
+(``autotune_effort="none"``) or Helion's autotuner (timed with Helion's own launches, on the
+first call, as Helion does), and ``BoundKernel.compile_config`` generates the host function.
+"""
+
+from __future__ import annotations
+
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import ArgumentError
+from .keys import make_key
+from .launch import Launcher, refusals
+from .versions import check_installed
+
+__all__ = ["HelionKernel"]
+
+
+class _ByExtras:
+    """The host functions of one base key whose kernel calls ``hl.specialize``: one per value of
+    Helion's extractors (``Kernel._specialize_extra``) for that key."""
+
+    __slots__ = ("entries", "extractors")
+
+    def __init__(self, extractors: list[Callable[[tuple], Any]]):
+        self.extractors = extractors
+        self.entries: dict[tuple, tuple] = {}
+
+
+class HelionKernel:
+    """A ``helion.Kernel`` whose launches go through launchpad (see the module documentation).
+
+    Parameters
+    ----------
+    kernel
+        A ``@helion.kernel`` (``helion.Kernel``) of a supported Helion release.
+    launcher_of
+        ``launcher_of(jit_fn)``: the Triton launcher of a ``@triton.jit`` function
+        (``launchpad.triton_launcher``; :func:`launchpad.helion_kernel` passes it).
+
+    Attributes
+    ----------
+    kernel
+        The Helion kernel.
+    host_functions : dict
+        ``{key: (bound_kernel, host_function)}`` of the specializations called so far; a key
+        whose kernel specializes on values (``hl.specialize``) holds a table of its own.
+
+    Raises
+    ------
+    UnsupportedVersion
+        The installed Helion is not a release launchpad follows.
+    ArgumentError
+        ``kernel`` is not a Helion kernel.
+    """
+
+    def __init__(self, kernel: Any, launcher_of: Callable[[Any], Any]):
+        check_installed()
+        from helion.runtime.kernel import Kernel as _HelionKernel
+
+        if not isinstance(kernel, _HelionKernel):
+            raise ArgumentError(
+                f"helion_kernel needs a @helion.kernel function (helion.Kernel), got {type(kernel).__name__}"
+            )
+        self.kernel = kernel
+        self.__name__ = kernel.name
+        self.__doc__ = kernel.fn.__doc__
+        self._arity = kernel._num_params
+        self._key = make_key(kernel)
+        self._launcher = Launcher(launcher_of, kernel.name)
+        self.host_functions: dict[Any, Any] = {}
+        self._lock = threading.RLock()
+
+    def __repr__(self) -> str:
+        return f"<launchpad.HelionKernel {self.kernel.name} ({len(self.host_functions)} specializations)>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the kernel on ``args`` as ``kernel(*args, **kwargs)`` would, launching through launchpad."""
+        if kwargs:
+            args = self.kernel.normalize_args(*args, **kwargs)  # as Helion's Kernel.__call__
+        elif len(args) > self._arity:
+            self.kernel.bind(args)  # raises Helion's own TypeError
+        key = self._key(args)
+        entry = self.host_functions.get(key)
+        if entry is None:
+            entry = self._miss(key, args)
+        elif entry.__class__ is _ByExtras:
+            entry = entry.entries.get(tuple([f(args) for f in entry.extractors])) or self._miss(key, args)
+        bound, compiled, call = entry
+        if bound._run is not compiled:  # its config changed (kernel.autotune, set_config): follow it
+            entry = self._miss(key, args)
+            call = entry[2]
+        return call(*args)
+
+    def reset(self) -> None:
+        """Forget every specialization, here and in Helion (``kernel.reset()``): the next calls
+        bind, compile and autotune again."""
+        with self._lock:
+            self.kernel.reset()
+            self.host_functions = {}
+
+    # --- a new specialization: Helion's own binding, config and compilation -------------------------
+
+    def _miss(self, key: tuple, args: tuple) -> tuple:
+        from helion.runtime.ref_mode import is_ref_mode_enabled
+
+        kernel = self.kernel
+        with self._lock:
+            if is_ref_mode_enabled(kernel.settings):
+                raise ArgumentError(
+                    f"Helion kernel {kernel.name!r} is in ref mode (HELION_INTERPRET=1 or ref_mode=), which runs it "
+                    "eagerly in torch without launching: call the Helion kernel itself"
+                )
+            bound = kernel.bind(args)
+            backend = bound.env.backend.name
+            if backend != "triton":
+                raise ArgumentError(
+                    f"Helion kernel {kernel.name!r} generates code for the {backend!r} backend; launchpad launches "
+                    "the Triton backend's kernels only"
+                )
+            bound.ensure_config_exists(args)  # the given config, the default one, or Helion's autotuning
+            compiled = bound._run
+            refusals(compiled, kernel.name)
+            call = types.FunctionType(
+                compiled.__code__, compiled.__globals__, compiled.__name__, compiled.__defaults__, compiled.__closure__
+            )  # the host function, its _launcher default ours: no keyword to pass per call
+            call.__kwdefaults__ = {**(compiled.__kwdefaults__ or {}), "_launcher": self._launcher.launch}
+            entry = (bound, compiled, call)
+            extractors = kernel._specialize_extra.get(kernel._base_specialization_key(args)) or []
+            if extractors:
+                slot = self.host_functions.get(key)
+                if slot.__class__ is not _ByExtras:
+                    slot = _ByExtras(list(extractors))
+                slot.entries[tuple([f(args) for f in slot.extractors])] = entry
+                self.host_functions = {**self.host_functions, key: slot}
+            else:
+                self.host_functions = {**self.host_functions, key: entry}
+            return entry

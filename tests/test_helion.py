@@ -1,0 +1,477 @@
+"""Helion kernels through launchpad, on CPU.
+
+Helion binds and generates its code without a GPU; the Triton kernels of its host functions are
+compiled for sm_90 and launched through the real launch path on ``fake_gpu``, so every test sees
+the exact bytes, grid and block that reach the driver. The specialization key is checked
+against Helion's own ``Kernel._base_specialization_key`` over generated arguments.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+
+import pytest
+import torch
+
+import launchpad
+from launchpad.frontends.helion import versions as hv
+from launchpad.frontends.helion.kernel import HelionKernel
+from launchpad.frontends.helion.launch import Launcher, refusals
+from launchpad.frontends.triton import launcher as lpt
+
+helion = pytest.importorskip("helion")
+triton = pytest.importorskip("triton")
+import helion.language as hl  # noqa: E402
+import helion_kernels as H  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+
+SM90 = GPUTarget("cuda", 90, 32)
+try:
+    hv.check_installed()
+    UNSUPPORTED = ""
+except launchpad.UnsupportedVersion as exc:
+    UNSUPPORTED = str(exc)
+supported = pytest.mark.skipif(bool(UNSUPPORTED), reason=UNSUPPORTED)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _triton_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        yield
+
+
+class Env:
+    """Helion kernels whose Triton kernels compile for sm_90 and launch on the fake GPU."""
+
+    def __init__(self, fake_gpu, monkeypatch):
+        self.fake = fake_gpu
+        self.options: list[dict] = []  # the compile options of each Triton launcher asked for
+        self.launchers: list = []
+        real = lpt.Kernel
+        monkeypatch.setattr(lpt, "Kernel", lambda spec: fake_gpu.install(real(spec)))
+
+    def launcher_of(self, jit_fn):
+        launcher = lpt.TritonLauncher(jit_fn, target=SM90)
+        self.launchers.append(launcher)
+        real = launcher.with_options
+
+        def with_options(options):
+            self.options.append(dict(options))
+            return real(options)
+
+        launcher.with_options = with_options
+        return launcher
+
+    def wrap(self, kernel) -> HelionKernel:
+        return HelionKernel(kernel, self.launcher_of)
+
+    def kernels(self) -> list:
+        """Every launchpad Kernel compiled so far (one table per Triton function)."""
+        return [k for launcher in self.launchers for k in launcher.kernels.values()]
+
+
+@pytest.fixture
+def env(fake_gpu, monkeypatch) -> Env:
+    if UNSUPPORTED:
+        pytest.skip(UNSUPPORTED)
+    return Env(fake_gpu, monkeypatch)
+
+
+def pointers(*tensors) -> list[bytes]:
+    return [struct.pack("<Q", t.data_ptr()) for t in tensors]
+
+
+def configured(kernel, **config):
+    """A copy of a Helion kernel with one config (no autotuning), as Helion's docs make them."""
+    return helion.kernel(kernel.fn, config=helion.Config(**config), static_shapes=kernel.settings.static_shapes)
+
+
+# --- the specialization key ----------------------------------------------------------------------
+
+
+def _many(x, y, n: int, scale: float, flag: bool, dims: list[int], c: hl.constexpr):
+    return x
+
+
+def _tensor(kind: str):
+    base = torch.arange(24, dtype=torch.float32)
+    if kind == "meta-huge":  # more elements than an int32 index reaches: no memory on "meta"
+        return torch.empty(2**31 + 8, device="meta")
+    if kind == "meta8":
+        return torch.empty(8, device="meta")
+    t = {
+        "v24": base,
+        "v24h": base.half(),
+        "v0": base[:0],
+        "v1": base[:1],
+        "v2": base[:2],
+        "v3": base[:3],
+        "m4x6": base.view(4, 6),
+        "m4x6t": base.view(6, 4).t(),
+        "m1x6": base[:6].view(1, 6),
+        "meta4x6": torch.empty(4, 6, device="meta"),
+        "param": torch.nn.Parameter(base.view(4, 6)),
+    }[kind.removesuffix("-static")]
+    if kind.endswith("-static"):
+        t = t.view(t.shape)
+        torch._dynamo.mark_static(t, 0)
+    return t
+
+
+TENSORS = ["v24", "v24h", "v0", "v1", "v2", "v3", "m4x6", "m4x6t", "m1x6", "meta4x6", "param", "m4x6-static",
+           "meta-huge", "meta8"]  # fmt: skip
+CHOICES = (
+    TENSORS,
+    [None, "v24", "m4x6", "m4x6t"],
+    [1, 2, 2**40, "const3", 3.0],
+    [0.5, 1.0, 2],
+    [True, False, 1],
+    [[1], [2, 3], [], (1,)],
+    [1, 2, "a", 1.0, "const2"],
+)
+# calls that differ from one another in one or two arguments, so that keys often coincide
+calls_near = st.tuples(*(st.sampled_from(c) for c in CHOICES)).flatmap(
+    lambda base: st.lists(
+        st.lists(st.integers(0, len(CHOICES) - 1).flatmap(lambda i: st.tuples(st.just(i), st.sampled_from(CHOICES[i]))),
+                 max_size=2).map(lambda changes: tuple({**dict(enumerate(base)), **dict(changes)}.values())),
+        min_size=2, max_size=12,
+    )
+)  # fmt: skip
+
+
+def _materialize(spec: tuple) -> tuple:
+    x, y, n, scale, flag, dims, c = spec
+    n = hl.constexpr(3) if n == "const3" else n
+    c = hl.constexpr(2) if c == "const2" else c
+    return (_tensor(x), None if y is None else _tensor(y), n, scale, flag, dims, c)
+
+
+def _same_partition(kernel, calls) -> None:
+    key = launchpad.helion_kernel(kernel)._key
+    args = [_materialize(c) for c in calls]
+    ours = [key(a) for a in args]
+    theirs = [kernel._base_specialization_key(a) for a in args]
+    for i in range(len(args)):
+        for j in range(len(args)):
+            assert (ours[i] == ours[j]) == (theirs[i] == theirs[j]), (calls[i], calls[j])
+
+
+SETTINGS = pytest.mark.parametrize(
+    "static_shapes, index_dtype", [(True, None), (False, None), (False, torch.int64), (True, torch.int64)]
+)
+
+
+@supported
+@SETTINGS
+def test_key_partitions_calls_as_helion_does(static_shapes, index_dtype):
+    """Two calls share launchpad's key exactly when they share Helion's base key: every value of
+    each argument against every other, the rest fixed."""
+    kernel = helion.kernel(_many, static_shapes=static_shapes, index_dtype=index_dtype, autotune_effort="none")
+    base = ("m4x6", "v24", 2, 0.5, True, [1], 1)
+    for i, choices in enumerate(CHOICES):
+        _same_partition(kernel, [base[:i] + (c,) + base[i + 1 :] for c in choices])
+
+
+@supported
+@SETTINGS
+@settings(max_examples=40, deadline=None)
+@given(calls=calls_near)
+def test_key_partitions_mixed_calls_as_helion_does(static_shapes, index_dtype, calls):
+    kernel = helion.kernel(_many, static_shapes=static_shapes, index_dtype=index_dtype, autotune_effort="none")
+    _same_partition(kernel, calls)
+
+
+@supported
+def test_key_ends_with_the_kernels_key_function():
+    kernel = helion.kernel(_many, key=lambda *args: len(args[5]), autotune_effort="none")
+    key = launchpad.helion_kernel(kernel)._key
+    a = (_tensor("v24"), None, 1, 0.5, True, [1], 2)
+    b = (_tensor("v24"), None, 1, 0.5, True, [7], 2)
+    c = (_tensor("v24"), None, 1, 0.5, True, [1, 2], 2)
+    assert key(a)[-1] == 1 and key(c)[-1] == 2
+    assert [key(a) == key(b), key(a) == key(c)] == [True, False]
+    assert kernel._base_specialization_key(a) == kernel._base_specialization_key(b)
+    assert kernel._base_specialization_key(a) != kernel._base_specialization_key(c)
+
+
+# --- launches ------------------------------------------------------------------------------------
+
+
+def test_add_launches_helions_kernel_with_its_config(env):
+    add = configured(H.add, block_sizes=[256], num_warps=2, num_stages=3)
+    hk = env.wrap(add)
+    x, y = torch.randn(4096), torch.randn(4096)
+    out = hk(x, y)
+    assert out.shape == (4096,) and out.dtype == torch.float32
+    last = env.fake.last
+    assert last.grid == (16, 1, 1) and last.block == (64, 1, 1)  # 4096 / 256 blocks of num_warps=2 warps
+    assert last.params[:3] == pointers(x, y, out)
+    assert env.options == [{"num_warps": 2, "num_stages": 3}]
+    (kernel,) = env.kernels()
+    assert kernel.spec.metadata["num_stages"] == 3 and kernel.spec.metadata["num_warps"] == 2
+    # the bound kernel and host function Helion itself runs for these arguments
+    bound, compiled, _ = hk.host_functions[hk._key((x, y))]
+    assert bound is add.bind((x, y)) and compiled is bound._run
+    out2 = hk(x, y)
+    assert len(env.fake.launches) == 2 and len(env.kernels()) == 1
+    assert env.fake.last.params[:3] == pointers(x, y, out2) and out2.data_ptr() != x.data_ptr()
+
+
+def test_calls_helion_specializes_differently_never_share_a_host_function(env):
+    """Interleaved calls: each runs the host function of Helion's own bound kernel for its arguments
+    (static shapes: the size is in the generated grid; dtype and strides in the kernel)."""
+    add = helion.kernel(H.add.fn, autotune_effort="none")  # Helion's default config for each
+    hk = env.wrap(add)
+    base = torch.randn(64, 64)
+    calls = [
+        (torch.randn(4096), torch.randn(4096)),
+        (torch.randn(1000), torch.randn(1000)),
+        (torch.randn(4096).half(), torch.randn(4096).half()),
+        (base, base),
+        (base.t(), base),  # other strides
+        (torch.randn(4096), torch.randn(1)),  # broadcast
+    ]
+    grids = {}
+    for args in calls + calls[::-1] + calls:
+        out = hk(*args)
+        torch.testing.assert_close(out.shape, torch.broadcast_shapes(args[0].shape, args[1].shape))
+        bound, compiled, _ = hk.host_functions[hk._key(args)]
+        assert bound is add.bind(args) and compiled is bound._run
+        grids.setdefault(id(bound), env.fake.last.grid)
+        assert env.fake.last.grid == grids[id(bound)]
+        x, y = torch.broadcast_tensors(*args)
+        assert env.fake.last.params[:3] == pointers(x, y, out)
+    assert len(hk.host_functions) == len({id(add.bind(a)) for a in calls}) == len(calls)
+
+
+def test_hl_specialize_keys_on_the_specialized_size(env):
+    """row_mean: dynamic shapes, its row length specialized: rows of 128 share one host function
+    (1/128 baked in) whatever their count; rows of 96 get another."""
+    hk = env.wrap(H.row_mean)
+    a, b, c = torch.randn(64, 128), torch.randn(32, 128), torch.randn(64, 96)
+    for x in (a, b, c, a, c, b):
+        out = hk(x)
+        bound, compiled, _ = hk.host_functions[hk._key((x,))].entries[(x.shape[1],)]
+        assert bound is H.row_mean.bind((x,))
+        source = open(compiled.__globals__["__file__"]).read()
+        assert repr(1.0 / x.shape[1]) in source
+        assert env.fake.last.params[:2] == pointers(x, out)
+        assert struct.pack("<i", x.shape[0]) in env.fake.last.params[2:]  # the row count is an argument
+    (slot,) = hk.host_functions.values()
+    assert sorted(slot.entries) == [(96,), (128,)]
+
+
+def test_constexpr_defaults_and_keywords(env):
+    hk = env.wrap(H.scale_by)
+    x = torch.randn(100)
+    hk(x, 3)
+    assert env.fake.last.params[2] == struct.pack("<f", 0.0)  # bias: its default
+    hk(x, 3, 0.5)
+    assert env.fake.last.params[2] == struct.pack("<f", 0.5)
+    hk(x, factor=3, bias=-1.25)
+    assert env.fake.last.params[2] == struct.pack("<f", -1.25)
+    hk(x, hl.constexpr(3), 2.0)
+    hk(x, 4)
+    sources = {open(e[1].__globals__["__file__"]).read() for e in hk.host_functions.values()}
+    assert len(sources) == 2  # factor 3 and factor 4, each compiled in
+    for args in [(x, 3), (x, 3, 0.5), (x, hl.constexpr(3), 2.0), (x, 4)]:
+        assert hk.host_functions[hk._key(args)][0] is H.scale_by.bind(args)
+    with pytest.raises(TypeError, match="Too many arguments"):
+        hk(x, 3, 0.5, 1)
+
+
+def test_matmul_epilogue_functions_are_keyed_as_helion_keys_them(env):
+    matmul = configured(H.matmul, block_sizes=[32, 32, 32], num_warps=4, num_stages=2)
+    hk = env.wrap(matmul)
+    x, y, bias = torch.randn(64, 64).half(), torch.randn(64, 64).half(), torch.randn(64).half()
+    out = hk(x, y)
+    assert out.shape == (64, 64) and env.fake.last.params[:3] == pointers(x, y, out)
+    hk(x, y, lambda acc, tile: torch.relu(acc + bias[tile[1]]))
+    assert len(hk.host_functions) == 2 and len(env.fake.last.params) > 3 + 2  # the bias is an argument now
+    assert env.fake.last.params[3] == struct.pack("<Q", bias.data_ptr()) or pointers(bias)[0] in env.fake.last.params
+    hk(x, y)
+    assert len(env.fake.last.params) == 3 + 2
+
+
+@pytest.mark.parametrize("name", ["softmax", "softmax_online", "layer_norm", "layer_norm_no_bias", "attention"])
+def test_the_gpu_tests_kernels_compile_and_launch_their_outputs(env, name):
+    """Each kernel the GPU tests run, with Helion's default config: bound, generated, compiled for
+    sm_90 and launched, its outputs the tensors the launch writes."""
+    half = torch.float16
+    kernel, args = {
+        "softmax": (H.softmax, (torch.randn(64, 256).to(half),)),
+        "softmax_online": (H.softmax_online, (torch.randn(64, 256).to(half),)),
+        "layer_norm": (H.layer_norm, (torch.randn(32, 512).to(half), torch.randn(512).to(half),
+                                      torch.randn(512).to(half), 1e-4)),
+        "layer_norm_no_bias": (H.layer_norm, (torch.randn(32, 512).to(half), torch.randn(512).to(half), None, 1e-4)),
+        "attention": (H.attention, tuple(torch.randn(2, 2, 128, 64).to(half) for _ in range(3))),
+    }[name]  # fmt: skip
+    keep = {k: getattr(kernel.settings, k) for k in ("static_shapes", "dot_precision")}
+    hk = env.wrap(helion.kernel(kernel.fn, **keep, autotune_effort="none"))
+    outs = hk(*args)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    written = set(env.fake.last.params)
+    for out in outs:
+        assert struct.pack("<Q", out.data_ptr()) in written
+    assert outs[0].shape == args[0].shape and outs[0].dtype == half
+    assert env.fake.last.block[0] == 32 * env.options[-1]["num_warps"]
+
+
+def test_a_grid_barrier_launches_a_cooperative_grid(env, monkeypatch):
+    """split_k_barrier: hl.barrier() makes Helion launch with launch_cooperative_grid=True, a
+    Triton compile option whose metadata launchpad launches as a cooperative grid."""
+    import helion.runtime
+
+    monkeypatch.setattr(helion.runtime, "get_num_sm", lambda device, **_: 132)  # an H100's, on CPU
+    hk = env.wrap(configured(H.split_k_matmul, block_sizes=[16, 16, 16, 1, 1], num_warps=4, num_stages=1,
+                             pid_type="persistent_blocked", splits=64))  # fmt: skip
+    a, b = torch.randn(64, 1024), torch.randn(1024, 64)
+    out = hk(a, b)
+    assert env.options == [{"num_warps": 4, "num_stages": 1, "launch_cooperative_grid": True}]
+    assert env.fake.last.ex["cooperative"] is True and env.fake.last.grid == (132, 1, 1)
+    assert env.fake.last.params[3] == pointers(out)[0]
+
+
+def test_a_config_helion_autotunes_to_is_the_one_launched(env, monkeypatch):
+    """configs=[...] autotunes on the first call (Helion's autotuner, faked here: it needs a GPU to
+    time); the config it settles on compiles, and a later set_config is followed."""
+    from helion.runtime.kernel import BoundKernel
+
+    small = helion.Config(block_sizes=[64], num_warps=2, num_stages=1)
+    big = helion.Config(block_sizes=[512], num_warps=8, num_stages=2)
+    tuned = []
+
+    def autotune(self, args, *, force=True, **kwargs):
+        tuned.append(force)
+        self.set_config(big)
+        return big
+
+    monkeypatch.setattr(BoundKernel, "autotune", autotune)
+    add = helion.kernel(H.add.fn, configs=[small, big])
+    hk = env.wrap(add)
+    x, y = torch.randn(4096), torch.randn(4096)
+    hk(x, y)
+    assert tuned == [False] and env.fake.last.block == (256, 1, 1) and env.fake.last.grid == (8, 1, 1)
+    hk(x, y)
+    assert tuned == [False]  # tuned once per specialization, as Helion does
+    add.bind((x, y)).set_config(small)
+    hk(x, y)
+    assert env.fake.last.block == (64, 1, 1) and env.fake.last.grid == (64, 1, 1)
+
+
+def test_threads_launch_their_own_arguments(env):
+    hk = env.wrap(configured(H.add, block_sizes=[128], num_warps=4, num_stages=1))
+    inputs = [(torch.randn(n), torch.randn(n)) for n in (512, 1024, 2048, 4096)]
+    hk(*inputs[0])
+    errors = []
+
+    def work(args):
+        try:
+            for _ in range(20):
+                out = hk(*args)
+                assert out.shape == args[0].shape
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(a,)) for a in inputs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    by_x = {struct.unpack("<Q", launch.params[0])[0]: launch.grid for launch in env.fake.launches}
+    assert {by_x[x.data_ptr()] for x, _ in inputs} == {(4, 1, 1), (8, 1, 1), (16, 1, 1), (32, 1, 1)}
+
+
+def test_other_launcher_keywords_are_triton_compile_options(env):
+    """What a config adds to the generated call (maxnreg, ptx_options of an advanced-controls
+    file...) compiles into the kernel, as Helion's launcher passes it to JITFunction.run."""
+    hk = env.wrap(configured(H.add, block_sizes=[128], num_warps=4, num_stages=1))
+    x, y = torch.randn(256), torch.randn(256)
+    hk(x, y)
+    jit = next(iter(hk.host_functions.values()))[1].__globals__["_helion_add"]
+    out = torch.empty(256)
+    hk._launcher.launch(jit, (2,), x, y, out, num_warps=2, num_stages=1, maxnreg=128, ptx_options="--verbose")
+    assert env.options[-1] == {"num_warps": 2, "num_stages": 1, "maxnreg": 128, "ptx_options": "--verbose"}
+    kernel = next(k for k in env.kernels() if k.spec.metadata["num_warps"] == 2)
+    assert kernel.spec.metadata["maxnreg"] == 128 and kernel.spec.metadata["ptx_options"] == "--verbose"
+    assert env.fake.last.block == (64, 1, 1) and env.fake.last.params[:3] == pointers(x, y, out)
+
+
+# --- refusals ------------------------------------------------------------------------------------
+
+
+def test_helion_runtime_arguments_and_unknown_options_are_refused_by_name(env, tmp_path):
+    launcher = Launcher(env.launcher_of, "allgather")
+    jit = H.add  # any object stands for the Triton kernel: refused before it is looked at
+    with pytest.raises(launchpad.ArgumentError, match=r"^Helion kernel 'allgather': its host function launches \w+ "
+                       r"with options launchpad cannot honour: _remote_copy_signal_dst= is a Helion runtime argument"):  # fmt: skip
+        launcher.launch(jit, (1,), torch.zeros(4), num_warps=4, num_stages=1, _remote_copy_signal_dst=torch.zeros(1))
+    with pytest.raises(launchpad.ArgumentError, match=r"waves_per_eu= is no compile option of the installed Triton"):
+        launcher.launch(jit, (1,), torch.zeros(4), num_warps=4, num_stages=1, waves_per_eu=2)
+    assert env.fake.launches == [] and env.options == []
+    # the same refusal from the generated source, before its host code runs
+    module = tmp_path / "generated.py"
+    module.write_text(
+        "def k(x, *, _launcher=None):\n"
+        "    _launcher(_helion_k, (1,), x, num_warps=4, num_stages=1, _persistent_state_specs=())\n"
+    )
+    namespace: dict = {"__file__": str(module)}
+    exec(compile(module.read_text(), str(module), "exec"), namespace)
+    with pytest.raises(launchpad.ArgumentError, match=r"'k': .*launches _helion_k .*_persistent_state_specs="):
+        refusals(namespace["k"], "k")
+    refusals(H.add.fn, "add")  # a module without _launcher calls: nothing to refuse
+
+
+def test_ref_mode_and_other_backends_are_refused(env, monkeypatch):
+    from helion.runtime.ref_mode import RefMode
+
+    x = torch.randn(64)
+    eager = helion.kernel(H.add.fn, ref_mode=RefMode.EAGER, autotune_effort="none")
+    with pytest.raises(launchpad.ArgumentError, match=r"^Helion kernel 'add' is in ref mode"):
+        env.wrap(eager)(x, x)
+    add = configured(H.add, block_sizes=[64], num_warps=4, num_stages=1)
+    bound = add.bind((x, x))
+    monkeypatch.setattr(type(bound.env.backend), "name", property(lambda self: "pallas"))
+    with pytest.raises(launchpad.ArgumentError, match=r"generates code for the 'pallas' backend"):
+        env.wrap(add)(x, x)
+    assert env.fake.launches == []
+
+
+def test_unsupported_helion_versions_and_objects_are_refused(monkeypatch):
+    for version in ("1.1.0", "1.5.1", "0.3.3", "2.0.0"):
+        with pytest.raises(launchpad.UnsupportedVersion, match=rf"^Helion {version} is installed; launchpad's Helion "
+                           r"front end follows helion 1\.0\.x"):  # fmt: skip
+            hv.check_installed(version)
+    assert hv.check_installed("1.0.0") == "1.0.0" and hv.check_installed("1.0.3") == "1.0.3"
+    monkeypatch.setattr(hv, "installed_version", lambda: None)
+    with pytest.raises(launchpad.UnsupportedVersion, match=r"Helion is not installed.*launchpad\[helion\]"):
+        launchpad.helion_kernel(H.add)
+    monkeypatch.setattr(hv, "installed_version", lambda: "1.5.1")
+    with pytest.raises(launchpad.UnsupportedVersion, match=r"^Helion 1\.5\.1 is installed"):
+        launchpad.helion_kernel(H.add)
+    monkeypatch.setattr(hv, "installed_version", lambda: "1.0.0")
+    with pytest.raises(
+        launchpad.ArgumentError, match=r"needs a @helion.kernel function \(helion.Kernel\), got function"
+    ):
+        launchpad.helion_kernel(H.add.fn)
+
+
+def test_public_name_wires_the_triton_launcher():
+    if UNSUPPORTED:
+        pytest.skip(UNSUPPORTED)
+    hk = launchpad.helion_kernel(H.add)
+    assert isinstance(hk, launchpad.HelionKernel) and hk.kernel is H.add and hk.__name__ == "add"
+    assert hk._launcher._launcher_of is launchpad.triton_launcher
+    assert repr(hk) == "<launchpad.HelionKernel add (0 specializations)>"
+
+
+def test_info_names_the_helion_and_whether_it_is_followed():
+    from launchpad import cli
+
+    assert cli._helion_note("1.0.0") == " (launchpad.helion_kernel)"
+    assert cli._helion_note("1.5.1") == " (launchpad.helion_kernel refuses it: it follows helion 1.0.x)"
