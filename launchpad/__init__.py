@@ -6,8 +6,7 @@ one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current stream
 argument buffer, by the compiled executor where it is built and the Python one otherwise.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: it would put ``annotations`` among the package's names.
 from .core.cache import cache_dir
 from .core.params import Param
 from .core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks
