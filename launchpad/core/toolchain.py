@@ -140,10 +140,12 @@ def library_version(library: str) -> str | None:
         found = pathfinder.load_nvidia_dynamic_lib(libname)
     except Exception:  # DynamicLibNotFoundError (a RuntimeError): nowhere cuda.pathfinder looks
         return None
-    try:
+    try:  # the library cuda.pathfinder loaded: by its handle (a system library may come without a path)
+        handle = getattr(found, "_handle_uint", None)
+        library_handle = ctypes.CDLL(found.abs_path, handle=handle) if handle else ctypes.CDLL(found.abs_path)
         major, minor = ctypes.c_int(), ctypes.c_int()
-        status = getattr(ctypes.CDLL(found.abs_path), function)(ctypes.byref(major), ctypes.byref(minor))
-    except (OSError, AttributeError, TypeError):  # a library without the function, or no path to reopen
+        status = getattr(library_handle, function)(ctypes.byref(major), ctypes.byref(minor))
+    except (OSError, AttributeError, TypeError):  # a library without the function, or nothing to open
         return "unknown"
     return f"{major.value}.{minor.value}" if status == 0 else "unknown"
 
