@@ -1,5 +1,5 @@
 """launchpad's recorded benchmark results (``results/``).
 
 The benchmarks themselves ship with the package, in :mod:`launchpad.bench`: run them with
-``python -m launchpad bench`` (from a checkout, results are written to ``benchmarks/results``).
-"""
+``python -m launchpad bench`` (results go to ``./launchpad-bench``; ``--out benchmarks/results``
+records a run here)."""

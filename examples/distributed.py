@@ -7,11 +7,19 @@ sum against torch computing every rank's part itself (the ranks' inputs come fro
 Run on a machine with two or more GPUs::
 
     NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node=2 examples/distributed.py
+
+``python examples/distributed.py`` on a GPU runs it as a world of one process. Without a GPU
+(with ``python`` or under ``torchrun``) each process compiles both kernels for sm_90, prints their
+parameters and says why it launched nothing, as the other examples do.
 """
 
 from __future__ import annotations
 
 import os
+
+# Triton 3.9 warns on each compile that leaves FP fusion to its default (which Triton 3.10
+# changes): this example takes the default of the releases before (fusion on) explicitly.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 import torch
 import torch.distributed as dist
@@ -44,11 +52,36 @@ def inputs(rank: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]
     return torch.randn(N, device=device, generator=g), torch.randn(N, device=device, generator=g)
 
 
+def compile_only(rank: int) -> None:
+    """Without a GPU: both kernels compiled for sm_90 (no GPU needed), described, not launched."""
+    from triton.backends.compiler import GPUTarget
+
+    scale_shift = lp.compile_cuda(SOURCE, "scale_shift", arch="sm_90", signature="*fp32, *fp32, fp32, fp32, i32")
+    mul = lp.from_triton(mul_kernel, signature="*fp32, *fp32, *fp32, i32", constexprs={"BLOCK": BLOCK},
+                         target=GPUTarget("cuda", 90, 32))  # fmt: skip
+    for kernel in (scale_shift, mul):
+        print(f"rank {rank}: {kernel!r}: " + ", ".join(f"{p.name or p.index} {p.type}" for p in kernel.params),
+              flush=True)  # fmt: skip
+    print(f"rank {rank}: no GPU: compiled for sm_90 but not launched; this example launches on one GPU per process "
+          "(NCCL_NVLS_ENABLE=0 torchrun --nproc-per-node=2 examples/distributed.py on a machine with two)",
+          flush=True)  # fmt: skip
+
+
 def main() -> None:
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    if not torch.cuda.is_available():
+        compile_only(rank)
+        return
+    if local_rank >= torch.cuda.device_count():
+        raise SystemExit(f"rank {rank}: this machine has {torch.cuda.device_count()} GPU(s), none for local rank "
+                         f"{local_rank}: start at most one process per GPU")  # fmt: skip
+    device = torch.device("cuda", local_rank)
     torch.cuda.set_device(device)
-    dist.init_process_group("nccl", device_id=device)
+    if "RANK" in os.environ:  # under torchrun: its rendezvous
+        dist.init_process_group("nccl", device_id=device)
+    else:  # plain python: a world of one, with a store of its own
+        dist.init_process_group("nccl", device_id=device, store=dist.HashStore(), rank=0, world_size=1)
 
     # Both ranks compile the same kernels at once: the disk cache takes concurrent writers.
     scale_shift = lp.compile_cuda(SOURCE, "scale_shift", signature="*fp32, *fp32, fp32, fp32, i32")

@@ -7,10 +7,7 @@ become one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current
 argument buffer, by the compiled executor where it is built and the Python one otherwise.
 """
 
-from __future__ import annotations
-
-from typing import Any
-
+# No ``from __future__ import annotations`` here: it would put ``annotations`` among the package's names.
 from .core.cache import cache_dir
 from .core.params import Param
 from .core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks
@@ -92,7 +89,7 @@ __all__ = [
 _PARTS = (Arg, LaunchPlan, Param)
 
 
-def helion_kernel(kernel: Any) -> HelionKernel:
+def helion_kernel(kernel: object) -> HelionKernel:
     """A ``@helion.kernel`` whose launches go through launchpad: ``helion_kernel(k)(*args)`` returns
     what ``k(*args)`` returns (see :mod:`launchpad.frontends.helion.kernel`).
 

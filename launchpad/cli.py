@@ -65,6 +65,10 @@ def cmd_info(args: argparse.Namespace) -> int:
         print(json.dumps(env, indent=2))
         return 0
     print(f"launchpad {env['launchpad']}")
+    others = [name for name in env["launchpad_installed_by"] if name != "launchpad-kernels"]
+    if others:
+        print(f"  warning: {', '.join(others)} also installed an import package 'launchpad' into this environment: "
+              "the two overwrite each other's files; use one environment for each (docs/versions.md)")  # fmt: skip
     print(f"  python         {env['python']} ({env['python_executable']})")
     print(f"  platform       {env['platform']}")
     print(f"  cpu            {env['cpu']}")
@@ -76,6 +80,8 @@ def cmd_info(args: argparse.Namespace) -> int:
         elif name == "helion" and version is not None:
             extra = _helion_note(version)
         print(f"  {name:<14} {version or 'not installed'}{extra}")
+    for library, found in env["toolchain"].items():
+        print(f"  {library:<14} {found['version'] or 'not found; ' + str(found['install'])}")
     print(f"  {'driver':<14} {'CUDA ' + env['driver'] if env['driver'] else 'none (no CUDA driver found)'}")
     path, why = env["launch_path"]
     print(f"launch path: {path}" + (f" ({why})" if why else ""))
@@ -300,20 +306,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=1 << 20, help="number of elements (default 1048576)")
     p.set_defaults(func=cmd_demo)
 
+    from .bench.runner import SECTIONS
+
     p = sub.add_parser("bench", help="run the benchmarks against the installed peers")
     p.add_argument("--quick", action="store_true", help="fewer rounds and sweep points (under a minute)")
     p.add_argument(
         "--out",
         type=Path,
         default=None,
-        help="where results go (default: benchmarks/results in a checkout, else ./launchpad-bench)",
+        help="where results go (default: ./launchpad-bench; a checkout's recorded results are written only when "
+        "asked, --out benchmarks/results)",
     )
     p.add_argument(
         "--only",
         action="append",
         metavar="NAMES",
-        help="comma-separated sections (launch, sweep, compile, import), groups (cutile) and/or launcher names "
-        "(globs allowed)",
+        help=f"comma-separated sections ({', '.join(SECTIONS)}), groups (cutile) and/or launcher names (globs allowed)",
     )
     p.add_argument("--load-inline", action="store_true", help="also time torch load_inline (slow: tens of seconds)")
     p.add_argument("--rounds", type=int, default=None, help="override the number of timed batches per launcher")

@@ -27,6 +27,10 @@ class                    raised when
 
 from __future__ import annotations
 
+#: The name pip installs launchpad by (the import package is ``launchpad``): what messages that say
+#: what to install name, e.g. ``pip install "launchpad-kernels[cu13]"``.
+DISTRIBUTION = "launchpad-kernels"
+
 __all__ = [
     "ArgumentError",
     "ArgumentTypeError",
@@ -82,7 +86,10 @@ class CudaError(LaunchpadError, RuntimeError):
 
 
 class NoDeviceError(LaunchpadError, RuntimeError):
-    """No CUDA driver or GPU is available; compiling still works, launching does not."""
+    """No CUDA driver or GPU is available; compiling still works, launching does not.
+
+    A launch raises it only once its grid, block and arguments passed every check that needs no
+    device (a bad one raises the :class:`ArgumentError` a GPU would); the message says so."""
 
 
 class UnsupportedVersion(LaunchpadError, RuntimeError):
@@ -116,7 +123,8 @@ class BinaryError(LaunchpadError, ValueError):
     """A kernel binary cannot be used.
 
     Raised, naming the kernel, for bytes that are not a valid cubin, fatbin or PTX image (checked
-    when the :class:`~launchpad.Kernel` is made), a kernel name the binary does not define, a
+    when the :class:`~launchpad.Kernel` is made), a kernel name the binary (or, for
+    :func:`~launchpad.compile_cuda`, the source: the kernels it defines are listed) does not define, a
     binary built for an architecture the device cannot run (checked before the driver loads
     it), an image the driver refuses to load (the ``CUresult`` name is in the message and the
     :class:`CudaError` is the ``__cause__``), and a saved artifact that is damaged, truncated,

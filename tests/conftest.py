@@ -14,15 +14,25 @@ returns for CPU tensors).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass
 
 import pytest
 import torch
+
+# torch.compile's default backend (inductor) imports torch.utils.mkldnn, whose classes use
+# torch.jit.script_method, which torch 2.13 deprecates: 14 warnings of torch's own about its own
+# module, on the first torch.compile of a session. That module is imported here, once, with that
+# warning ignored; any other use of script_method still warns.
+with warnings.catch_warnings(), contextlib.suppress(ImportError):
+    warnings.filterwarnings("ignore", message="`torch.jit.script_method` is", category=DeprecationWarning)
+    import torch.utils.mkldnn
 
 import launchpad
 from launchpad.core import driver as _driver
@@ -43,10 +53,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """Every test compiles into a cache of its session (not the user's)."""
-    monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+#: The user's own cache, where launchpad would compile into outside the tests: no test writes there.
+USER_CACHE = launchpad.cache_dir()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_cache(tmp_path_factory):
+    """Every test compiles into a cache of its session (not the user's). Session-scoped, so it
+    applies before any module-scoped fixture compiles (fixtures of a wider scope are set up
+    first), and in the environment, so subprocesses the tests start inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+        # Triton 3.9 warns on every compile that leaves FP fusion to its default (3.10 changes it):
+        # the tests take the default of the Triton releases launchpad supports (on) explicitly
+        mp.setenv("TRITON_DEFAULT_FP_FUSION", os.environ.get("TRITON_DEFAULT_FP_FUSION", "1"))
+        yield
 
 
 def executor_available(name: str) -> str:

@@ -701,10 +701,27 @@ def _(env):
     lp.compile_cuda('extern "C" __global__ void lp_syntax(int* p) { p[0] = 1 }', "lp_syntax", arch=env.arch)
 
 
-@case("cpp-nvrtc-unknown-kernel-name", "cpp", "missing-kernel", lp.CompileError,
-      r"^NVRTC could not compile kernel 'lp_nope' for sm_\d+: ", kernel="lp_nope")  # fmt: skip
+@case("cpp-unknown-kernel-name", "cpp", "missing-kernel", lp.BinaryError,
+      r"^kernel 'lp_nope' is not defined in the source\. It defines: scale$", kernel="lp_nope")  # fmt: skip
 def _(env):
     lp.compile_cuda(CPP_SOURCE, "lp_nope", arch=env.arch)
+
+
+@case("cpp-kernel-name-misspelt", "cpp", "missing-kernel", lp.BinaryError,
+      r"^kernel 'scal' is not defined in the source; did you mean 'scale'\? It defines: scale$", kernel="scal")  # fmt: skip
+def _(env):
+    lp.compile_cuda(CPP_SOURCE, "scal", arch=env.arch)
+
+
+@case("cpp-kernel-name-without-its-namespace", "cpp", "missing-kernel", lp.BinaryError,
+      r"^kernel 'scale<float>' is not defined at global scope; did you mean 'ops::scale<float>', in its namespace\? "
+      r"It defines: the kernel template ops::scale<T> \(name an instance: its template arguments in <>\)$",
+      kernel="scale<float>")  # fmt: skip
+def _(env):
+    source = (
+        "namespace ops {\n" + CPP_SOURCE.replace('extern "C" ', "template <typename T> ").replace("float", "T") + "}"
+    )
+    lp.compile_cuda(source, "scale<float>", arch=env.arch)
 
 
 @case(
@@ -1377,7 +1394,8 @@ NO_DRIVER = (
 )
 NO_GPU_MESSAGE = (
     r"^kernel 'scale': torch finds no usable GPU \(Found no NVIDIA driver on your system\. .*\); launching needs a "
-    r"GPU and its driver, compiling and inspecting kernels do not$"
+    r"GPU and its driver, compiling and inspecting kernels do not \(its grid, block and arguments were checked and "
+    r"fit the kernel\)$"
 )
 
 

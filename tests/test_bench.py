@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import importlib.metadata
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -477,6 +478,32 @@ def test_runner_writes_json_markdown_and_png(fake_gpu_bench, tmp_path, capsys):
     assert "### Argument-count sweep" in md and "### Targets" in md
     out = capsys.readouterr().out
     assert "Launch overhead" in out and "c floor" in out and "missing: cupy: not installed" in out
+
+
+def test_runner_writes_to_the_current_directory_unless_asked(fake_gpu_bench, tmp_path, monkeypatch):
+    """A run without --out never touches a checkout's recorded results (benchmarks/results, what
+    the README shows): it writes ./launchpad-bench, from a checkout too, and says where."""
+    recorded = Path(runner.__file__).resolve().parents[2] / "benchmarks" / "results"
+    before = {p.name: p.stat().st_mtime_ns for p in recorded.glob("latest.*")} if recorded.is_dir() else {}
+    monkeypatch.chdir(tmp_path)
+    said: list[str] = []
+    assert runner.run(only=["triton_*"], rounds=2, batch=5, log=said.append) == 0
+    written = tmp_path / "launchpad-bench"
+    assert json.loads((written / "latest.json").read_text())["sections"] == ["launch", "sweep"]
+    assert (written / "latest.md").is_file() and str(written / "latest.json") in said[-1]
+    after = {p.name: p.stat().st_mtime_ns for p in recorded.glob("latest.*")} if recorded.is_dir() else {}
+    assert after == before
+    assert runner.default_out() == tmp_path / "launchpad-bench"
+
+
+def test_bench_help_lists_every_section(capsys):
+    from launchpad.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"sections ({', '.join(runner.SECTIONS)})" in text and "sequence" in runner.SECTIONS
+    assert "default: ./launchpad-bench" in text
 
 
 def test_runner_only_filters_launchers_but_keeps_the_floor(fake_gpu_bench, tmp_path):

@@ -21,6 +21,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import USER_CACHE
 
 import launchpad as lp
 from launchpad.core import cache as _cache
@@ -341,6 +342,27 @@ def test_concurrent_writers_and_readers_never_see_a_partial_entry(cache, tmp_pat
     header, binary = _cache.get("shared-key")
     assert header["round"] == rounds - 1 and binary == bytes([header["writer"]]) * size
     assert [p.name for p in cache.iterdir()] == ["shared-key.lpc"]
+
+
+# --- the tests' own cache -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compiled_by_a_module_fixture() -> tuple[Path, set[str]]:
+    """A kernel no cache has seen, compiled by a module-scoped fixture (set up before any
+    function-scoped fixture): where it was cached, and its new entries."""
+    name = f"k_{uuid.uuid4().hex}"
+    before = {p.name for p in _cache.entries()}
+    lp.compile_cuda(f'extern "C" __global__ void {name}(int* p) {{ p[0] = 1; }}', name, arch=90)
+    return _cache.cache_dir(), {p.name for p in _cache.entries()} - before
+
+
+def test_module_fixtures_compile_into_the_sessions_cache_not_the_users(compiled_by_a_module_fixture,
+                                                                        tmp_path_factory):  # fmt: skip
+    where, new = compiled_by_a_module_fixture
+    assert where == tmp_path_factory.getbasetemp() / "cache" != USER_CACHE
+    assert new and all((where / name).is_file() for name in new)
+    assert not [name for name in new if (USER_CACHE / name).exists()]  # a kernel only this run compiled
 
 
 # --- artifacts ----------------------------------------------------------------------------------------

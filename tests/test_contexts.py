@@ -131,7 +131,7 @@ def test_a_launch_failing_in_the_right_context_raises_with_the_cuda_error(monkey
     ("bindings", "driver", "message"),
     [
         ("13.3.1", 12080, "the NVIDIA driver 570.86.15 (supports CUDA 12.8) is older than the installed cuda-bindings "
-         "13.3.1 needs (CUDA 13.0, driver 580.65 or newer): install launchpad[cu12] (cuda-bindings 12.x) for this "
+         "13.3.1 needs (CUDA 13.0, driver 580.65 or newer): install launchpad-kernels[cu12] (cuda-bindings 12.x) for this "
          "driver, or upgrade the driver to 580.65 or newer"),
         ("12.9.4", 11080, "the NVIDIA driver 570.86.15 (supports CUDA 11.8) is older than the installed cuda-bindings "
          "12.9.4 needs (CUDA 12.0, driver 525.60 or newer): upgrade the driver to 525.60 or newer"),

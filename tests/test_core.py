@@ -484,3 +484,14 @@ def test_nvcc_cubin_with_opaque_struct_loads(tmp_path):  # pragma: no cover - de
     )
     k = lp.load_cubin(tmp_path / "k.cubin", "all_types", signature=ALL_TYPES_SIG)
     assert [(p.offset, p.size) for p in k.params] == ALL_TYPES_LAYOUT
+
+
+def test_a_cubin_without_a_global_info_section_is_read():
+    """NVRTC 12 writes no ``.nv.info`` section into a cubin of no kernel (a source of templates
+    only, compiled without name expressions, as a name the source does not define makes
+    compile_cuda do): a cubin without one is still read, a kernel's register count unknown."""
+    k = lp.compile_cuda('extern "C" __global__ void one(float* y, int n) { y[n] = 1.0f; }', "one", arch="sm_90")
+    assert b".nv.info\x00" in k.image
+    renamed = k.image.replace(b".nv.info\x00", b".nv.infx\x00", 1)  # the global section gone, the kernel's kept
+    found = kernels_in_image(renamed, "cubin")["one"]
+    assert [(p.offset, p.size) for p in found.params] == [(0, 8), (8, 4)] and found.registers is None

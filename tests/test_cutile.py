@@ -3,7 +3,7 @@ for sm_90, their parameter layout read from the cubin, and launches through both
 the fake GPU, checking the exact bytes of cuTile's calling convention (an array as its pointer,
 extents and strides) and every refusal of an argument the kernel was not compiled for.
 
-Needs ``cuda-tile`` and its compiler (``pip install 'launchpad[cutile]'``); without them the
+Needs ``cuda-tile`` and its compiler (``pip install 'launchpad-kernels[cutile]'``); without them the
 tests skip, saying which is missing.
 """
 
@@ -315,7 +315,7 @@ def test_missing_or_old_cutile_is_named(monkeypatch):
     with pytest.raises(UnsupportedVersion, match=r"cuTile \(PyPI cuda-tile\) >= 1.4.*cuda-tile 1.3.0 is installed"):
         launchpad.from_cutile(vector_add, (torch.randn(64),) * 3 + (16,), arch="sm_90")
     monkeypatch.setitem(sys.modules, "cuda.tile", None)
-    with pytest.raises(UnsupportedVersion, match=r"needs cuTile \(PyPI cuda-tile >= 1.4\).*launchpad\[cutile\]"):
+    with pytest.raises(UnsupportedVersion, match=r"needs cuTile \(PyPI cuda-tile >= 1.4\).*launchpad-kernels\[cutile\]"):
         launchpad.from_cutile(vector_add, (), arch="sm_90")
 
 

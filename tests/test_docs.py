@@ -1,6 +1,7 @@
-"""The documentation's examples run: every ```python block of each page in docs/, in order, in one
-namespace per page (a page reads as one session). Blocks whose first line is ``# needs a GPU`` run
-only where there is one (the ``gpu`` test of the page); the others run everywhere."""
+"""The documentation's examples run: every ```python block of each page in docs/ and of the README,
+in order, in one namespace per page (a page reads as one session). Blocks whose first line is
+``# needs a GPU`` run only where there is one (the ``gpu`` test of the page); the others run
+everywhere."""
 
 from __future__ import annotations
 
@@ -14,8 +15,14 @@ import pytest
 import torch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []
-NEEDS = {"triton.md": "triton", "numba.md": "numba.cuda", "cutile.md": "cuda.tile", "helion.md": "helion"}
+README = DOCS.parent / "README.md"
+PAGES = (sorted(DOCS.glob("*.md")) if DOCS.is_dir() else []) + ([README] if README.is_file() else [])
+NEEDS = {
+    "triton.md": "triton",
+    "numba.md": "numba.cuda",
+    "cutile.md": "cuda.tile",
+    "helion.md": "helion",
+}  # pages whose examples need a front end
 HAS_GPU = torch.cuda.is_available()
 
 
@@ -69,6 +76,8 @@ def test_docs_exist_with_examples():
             "versions.md", "api.md"} <= names  # fmt: skip
     with_code = [p.name for p in PAGES if blocks(p)]
     assert {"index.md", "cpp.md", "triton.md", "numba.md", "pytorch.md", "errors.md"} <= set(with_code)
+    if README.is_file():  # the front page's quickstart runs as written, on a GPU and without one
+        assert [gpu for gpu, _ in blocks(README)] == [False, True, True]
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)

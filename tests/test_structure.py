@@ -174,7 +174,7 @@ def test_one_version():
     if project is None:  # an installed wheel: its metadata is the pyproject's
         import importlib.metadata
 
-        assert importlib.metadata.version("launchpad") == launchpad.__version__
+        assert importlib.metadata.version("launchpad-kernels") == launchpad.__version__
     else:
         assert project["version"] == launchpad.__version__
 
@@ -215,3 +215,15 @@ def test_the_architecture_page_names_what_exists():
             continue
         checked += 1
     assert checked > 30  # the page names what it describes
+
+
+def test_the_package_lists_only_its_public_names():
+    """``dir(launchpad)``: the names of ``__all__``, the parts of a spec kept importable (``Arg``,
+    ``LaunchPlan``, ``Param``) and the subpackages; nothing a module statement leaves behind
+    (``annotations``, from ``from __future__ import annotations``)."""
+    import types
+
+    extra = {n for n in dir(launchpad) if not n.startswith("_") and n not in launchpad.__all__
+             and not isinstance(getattr(launchpad, n), types.ModuleType)}  # fmt: skip
+    assert extra == {"Arg", "LaunchPlan", "Param"}
+    assert all(hasattr(launchpad, n) for n in launchpad.__all__)

@@ -6,9 +6,9 @@ against the number of pointer arguments), ``sequence`` (recorded sequences again
 :mod:`launchpad.bench.sequences`), ``helion`` (Helion kernels, :mod:`launchpad.bench.helion`). The
 last four need a GPU.
 
-Results go to ``<out>/latest.json`` (versions, configuration and every sample),
-``latest.md`` (tables for the README) and ``latest.png`` (chart); tables and the targets'
-verdicts are printed.
+Results go to ``<out>/latest.json`` (versions, configuration and every sample), ``latest.md``
+(tables for the README) and ``latest.png`` (chart), in ``./launchpad-bench`` unless ``--out``
+says (:func:`default_out`); tables, the targets' verdicts and where the files went are printed.
 """
 
 from __future__ import annotations
@@ -38,10 +38,9 @@ GPU_SECTIONS = ("launch", "sweep", "sequence", "helion")
 
 
 def default_out() -> Path:
-    """Where results go: ``benchmarks/results`` of the source checkout this launchpad comes from
-    (what the README shows), else ``launchpad-bench`` in the current directory."""
-    checkout = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
-    return checkout if checkout.is_dir() else Path.cwd() / "launchpad-bench"
+    """``./launchpad-bench``, from a checkout too: its recorded results (``benchmarks/results``,
+    what the README shows) are only written when asked, ``--out benchmarks/results``."""
+    return Path.cwd() / "launchpad-bench"
 
 
 @dataclass
@@ -323,6 +322,8 @@ def run(
         return 2
     # Numba warns on every launch of a grid under 128 blocks; the warning is not a launch cost.
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")
+    # Triton 3.9 warns on each compile that leaves FP fusion to its default: take it explicitly (on).
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     from ..reporting.environment import environment
 
     env = environment()

@@ -246,10 +246,9 @@ def _elf_kernels(elf: bytes) -> dict[str, BinaryKernel]:
             symbols.append(cstr(strtab, st_name))
             if st_info & 0xF == 2 and st_other & _STO_CUDA_ENTRY:  # STT_FUNC marked as an entry
                 entries.append(symbols[-1])
+    info = data(by_name[".nv.info"]) if ".nv.info" in by_name else b""  # a cubin of no kernel may have none
     registers = {
-        symbols[sym]: count
-        for sym, count in _info_records(data(by_name[".nv.info"]), _EIATTR_REGCOUNT, "<II")
-        if ".nv.info" in by_name and sym < len(symbols)
+        symbols[sym]: count for sym, count in _info_records(info, _EIATTR_REGCOUNT, "<II") if sym < len(symbols)
     }
 
     kernels = {}

@@ -9,18 +9,28 @@ what Numba compiled (and the CUDA C++ files its kernels declare) through :func:`
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import BinaryError, CompileError
+from ..errors import DISTRIBUTION, BinaryError, CompileError
 from . import cache as _cache
 from . import driver as _driver
 from .binary import TYPE_PROBE
 
-__all__ = ["compile_object", "compile_program", "device_runtime", "link", "object_code", "resolve_arch"]
+__all__ = [
+    "compile_object",
+    "compile_program",
+    "device_runtime",
+    "install_hint",
+    "library_version",
+    "link",
+    "object_code",
+    "resolve_arch",
+]
 
 
 def resolve_arch(arch: str | int | tuple[int, int] | None) -> str:
@@ -113,6 +123,51 @@ def _nvrtc_version() -> str:
     return _driver.nvrtc_version()  # a system toolkit's NVRTC: ask the library
 
 
+#: The libraries compiling and linking need: the name cuda.pathfinder loads each by (as
+#: cuda.bindings does), and its version function, ``f(int* major, int* minor)``.
+LIBRARIES = {"NVRTC": ("nvrtc", "nvrtcVersion"), "nvJitLink": ("nvJitLink", "nvJitLinkVersion")}
+
+
+def library_version(library: str) -> str | None:
+    """``"13.5"``: the version of ``"NVRTC"`` or ``"nvJitLink"`` where cuda.bindings would load it
+    from (cuda.pathfinder: NVIDIA's wheels, a conda environment, the system's CUDA); None where
+    there is none, ``"unknown"`` where the library does not say."""
+    libname, function = LIBRARIES[library]
+    try:
+        from cuda import pathfinder  # cuda-bindings' own dependency
+    except ImportError:
+        return "unknown"
+    try:
+        found = pathfinder.load_nvidia_dynamic_lib(libname)
+    except Exception:  # DynamicLibNotFoundError (a RuntimeError): nowhere cuda.pathfinder looks
+        return None
+    try:  # the library cuda.pathfinder loaded: by its handle (a system library may come without a path)
+        handle = getattr(found, "_handle_uint", None)
+        library_handle = ctypes.CDLL(found.abs_path, handle=handle) if handle else ctypes.CDLL(found.abs_path)
+        major, minor = ctypes.c_int(), ctypes.c_int()
+        status = getattr(library_handle, function)(ctypes.byref(major), ctypes.byref(minor))
+    except (OSError, AttributeError, TypeError):  # a library without the function, or nothing to open
+        return "unknown"
+    return f"{major.value}.{minor.value}" if status == 0 else "unknown"
+
+
+def install_hint() -> str:
+    """What to install for a missing NVRTC or nvJitLink: the exact pip command with the extra that
+    fits the installed cuda-bindings."""
+    bindings = _driver.bindings_version()
+    major = bindings.split(".")[0]
+    cuda = major if major in ("12", "13") else "13"
+    return (
+        f'pip install "{DISTRIBUTION}[cu{cuda}]" (NVRTC, nvJitLink and the CUDA {cuda} headers, for the installed '
+        f"cuda-bindings {bindings}), or install a CUDA {cuda} toolkit"
+    )
+
+
+def _missing(library: str) -> str:
+    """What to install where ``library`` cannot be found, else "" (asked only after a failure)."""
+    return f"{library} is not installed: {install_hint()}" if library_version(library) is None else ""
+
+
 @functools.cache
 def _options_class() -> type:
     """``ProgramOptions`` plus raw NVRTC flags it has no field for (cuda.core is imported on
@@ -159,6 +214,9 @@ def compile_program(source: str, names: Sequence[str], output: str, arch: str, s
     try:
         obj = Program(source, "c++", opts).compile(output, name_expressions=list(names))
     except Exception as exc:
+        missing = _missing("NVRTC")
+        if missing:
+            raise CompileError(f"NVRTC could not compile {what}: {missing}", str(exc)) from None
         message, _, log = str(exc).partition("compilation log:")
         log = log.strip("\n\0")
         message = message.strip().rstrip(",")
@@ -259,6 +317,7 @@ def link(objects: Iterable[Any], arch: str, *, lto: bool | None = None, what: st
     try:
         cubin = bytes(Linker(*codes, options=LinkerOptions(arch=arch, link_time_optimization=lto)).link("cubin").code)
     except Exception as exc:
-        raise CompileError(f"nvJitLink could not link {what}", str(exc)) from None
+        missing = _missing("nvJitLink")
+        raise CompileError(f"nvJitLink could not link {what}" + (f": {missing}" if missing else ""), str(exc)) from None
     _cache.put(key, {"arch": arch}, cubin, what)
     return cubin

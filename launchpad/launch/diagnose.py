@@ -7,6 +7,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+from ..core.params import Param
 from ..core.spec import Arg
 from ..errors import ArgumentError, ArgumentTypeError
 from . import checks as _checks
@@ -75,10 +76,14 @@ class Fail:
             try:
                 struct.pack("<" + p.code, value)
             except Exception as exc:
-                arg = by_param.get(p.index, Arg(f"param {p.index}", "param", (), p.index))
-                if p.kind in ("int", "untyped") and isinstance(value, int):
-                    raise ctx.error(arg, f"{value} is out of range for {p.type or f'{p.size} bytes'}") from None
-                raise ctx.error(
-                    arg, f"cannot pack {_checks.describe(value)} as {p.type or p.kind}: {exc}", ArgumentTypeError
-                ) from None
+                Fail.value(ctx, by_param.get(p.index, Arg(f"param {p.index}", "param", (), p.index)), p, value, exc)
         raise ArgumentError(f"kernel {ctx.kernel_name!r}: packing the arguments failed: {error}") from error
+
+    @staticmethod
+    def value(ctx: Context, arg: Arg, p: Param, value: Any, exc: Exception) -> None:
+        """Say why ``value`` cannot be packed as parameter ``p`` (``exc``: struct's refusal)."""
+        if p.kind in ("int", "untyped") and isinstance(value, int):
+            raise ctx.error(arg, f"{value} is out of range for {p.type or f'{p.size} bytes'}") from None
+        raise ctx.error(
+            arg, f"cannot pack {_checks.describe(value)} as {p.type or p.kind}: {exc}", ArgumentTypeError
+        ) from None

@@ -24,6 +24,7 @@ yields:
 from __future__ import annotations
 
 import ctypes
+import functools
 import itertools
 import keyword
 import linecache
@@ -43,6 +44,7 @@ from ..core.spec import Arg, KernelSpec
 from ..errors import ArgumentTypeError, CudaError
 from . import checks as _checks
 from . import memory as _memory
+from . import offline as _offline
 from .checks import CONVERTERS, MAX_GRID, Context
 from .diagnose import MISSING, Fail
 
@@ -131,6 +133,7 @@ def build(spec: KernelSpec, runtime: Any, devices: Any) -> PythonLaunch:
         _entry=runtime.entry, _raise_shared=runtime.raise_shared, _launch_ex=runtime.launch_ex, _fail=Fail,
         _cuLaunchKernel=devices.cu_launch, _launch_failed=launch_failed, _SUCCESS=_driver.SUCCESS,
         _tls=tls, _new_state=new_state, _pack=struct.Struct(fmt).pack_into, _scratch=_memory.scratch,
+        _offline=functools.partial(_offline.refuse, spec, ctx),
     )  # fmt: skip
     names = argument_names(spec)
     sources = {}
@@ -199,27 +202,31 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
     required = [n for i, n in enumerate(names) if i not in const_only]
     signature = ", ".join(["grid", "block", *(n + "=_M" for n in names), "*_extra"])
     arglist = ", ".join(names)
+    given = f"({arglist}{',' if len(names) == 1 else ''})"
+    # no device (torch without CUDA, or without a GPU): what can be checked without one is, before
+    # saying so (launchpad.launch.offline); only on that exception's path, nothing on a launch's
+    offline = f"except RuntimeError as _exc: _offline(_exc, grid, block, {given}{'' if fast else ', shared_mem'})"
     if fast:
         w.lines.append(f"def launch({signature}, **_kw):")
         # keywords, a wrong count and zero-sized grids all go the general way
         missing = "".join(f" or {n} is _M" for n in required[-1:])
         w.emit(f"if _kw or _extra{missing}: return _full(grid, block, {arglist}{', ' if names else ''}*_extra, **_kw)")
         w.emit("try: _dev = _get_device()")
-        w.emit("except RuntimeError as _exc: _C.no_device(_ctx, _exc)")  # torch without a usable GPU
+        w.emit(offline)
         w.emit("_hs = _raw_stream(_dev)")
     else:
         w.lines.append(
             f"def {mode}({signature}, shared_mem={plan.shared_mem}, stream=None, cluster=None, cooperative=False, pdl=False):"
         )
         absent = " or ".join(f"{n} is _M" for n in required)
-        given = f"({arglist}{',' if len(names) == 1 else ''})"
         w.emit(f"if _extra{' or ' + absent if absent else ''}: _fail.count(_ctx, {given}, _extra)")
         w.emit("if stream is None:")
         w.emit("try: _dev = _get_device()", 2)
-        w.emit("except RuntimeError as _exc: _C.no_device(_ctx, _exc)", 2)
+        w.emit(offline, 2)
         w.emit("_hs = _raw_stream(_dev)", 2)
         w.emit("else:")
-        w.emit("_hs, _dev = _C.stream_of(stream, _ctx, _get_device)", 2)
+        w.emit("try: _hs, _dev = _C.stream_of(stream, _ctx, _get_device)", 2)
+        w.emit(offline, 2)
     # the entry is held until the launch returns: it keeps the module loaded (Kernel.close)
     w.emit("_e = _entries.get(_dev) or _entry(_dev)")
     w.emit(f"_fn = _e[{E_FUNCTION}]")

@@ -45,6 +45,14 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def import_package_owners() -> list[str]:
+    """The installed distributions that provide the import package ``launchpad``: launchpad's
+    own (``launchpad-kernels``) and any other that does (``dm-launchpad``, PyPI's ``launchpad``),
+    which installs its files into the same folder (see docs/versions.md)."""
+    owners = importlib.metadata.packages_distributions().get("launchpad", [])
+    return sorted(set(owners), key=lambda name: (name != "launchpad-kernels", name))
+
+
 def gpu_status() -> tuple[bool, str]:
     """``(True, "")`` when torch and the CUDA driver both see a GPU, else ``(False, why not)``.
 
@@ -67,6 +75,17 @@ def gpu_status() -> tuple[bool, str]:
     except NoDeviceError as exc:
         reasons.append(str(exc).split(";")[0])  # the part after ';' is generic advice
     return not reasons, "; ".join(reasons)
+
+
+def toolchain() -> dict[str, dict[str, str | None]]:
+    """NVRTC's and nvJitLink's versions (None: not found) and, where one is missing, what to install."""
+    from ..core import toolchain as _toolchain
+
+    out: dict[str, dict[str, str | None]] = {}
+    for library in _toolchain.LIBRARIES:
+        version = _toolchain.library_version(library)
+        out[library] = {"version": version, "install": _toolchain.install_hint() if version is None else None}
+    return out
 
 
 def driver_version() -> str | None:
@@ -146,7 +165,9 @@ def environment() -> dict[str, Any]:
         "launchpad": launchpad.__version__,
         "launch_path": list(launchpad.launch_path()),
         "packages": package_versions(),
+        "launchpad_installed_by": import_package_owners(),
         "torch_cuda": torch.version.cuda,
+        "toolchain": toolchain(),
         "driver": driver_version(),
         "gpu_available": ok,
         "no_gpu_reason": reason,

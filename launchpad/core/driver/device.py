@@ -133,7 +133,7 @@ def check_driver(cuda_version: int) -> None:
     supports = f"CUDA {cuda_version // 1000}.{cuda_version % 1000 // 10}"
     driver = f"NVIDIA driver {_driver_release()}".rstrip() + f" (supports {supports})"
     fitting = [m for m, (v, _) in sorted(DRIVER_NEEDED.items()) if v <= cuda_version]
-    what = (f"install launchpad[cu{fitting[-1]}] (cuda-bindings {fitting[-1]}.x) for this driver, or upgrade the "
+    what = (f"install launchpad-kernels[cu{fitting[-1]}] (cuda-bindings {fitting[-1]}.x) for this driver, or upgrade the "
             f"driver to {release} or newer") if fitting else f"upgrade the driver to {release} or newer"  # fmt: skip
     raise UnsupportedVersion(
         f"the {driver} is older than the installed cuda-bindings {bindings} needs (CUDA {needed // 1000}.0, driver "

@@ -13,11 +13,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from ...core.binary import kernels_in_image
 from ...core.params import type_size
 from ...core.spec import KernelSpec, plain_args, spec_from_image
 from ...core.toolchain import compile_object, compile_program, resolve_arch
 from ...core.toolchain import link as link_objects
-from ...errors import CompileError
+from ...errors import BinaryError, CompileError
 from ...kernel import Kernel
 from .demangle import (  # fmt: skip
     PROBE_SOURCE,
@@ -27,6 +28,7 @@ from .demangle import (  # fmt: skip
     probe_expression,
     type_word,
 )
+from .names import declared_kernels, failed_names, not_defined_message
 
 __all__ = ["compile_cuda", "compile_cuda_module", "compile_cuda_object", "link"]
 
@@ -66,10 +68,12 @@ def compile_cuda(
     Raises
     ------
     CompileError
-        Naming the kernel, with NVRTC's full log.
+        The code does not compile: naming the kernel, with NVRTC's full log; or NVRTC is not
+        installed (the message gives the pip command that installs it).
     BinaryError
-        The binary has no kernel ``name`` (e.g. a name that is neither ``extern "C"`` nor
-        resolvable as a name expression).
+        The source defines no kernel ``name`` (it compiles, but ``name`` resolves to no
+        ``__global__`` function): the message lists the kernels it defines and the closest name,
+        for a kernel inside a namespace the qualified one (``"ops::scale<float>"``).
     ArgumentError
         ``signature`` does not agree with the binary's parameters.
     """
@@ -112,8 +116,25 @@ def _compile_probed(source: str, names: Sequence[str], *args: Any) -> tuple[byte
         cubin, symbols = compile_program(source + PROBE_SOURCE, [*names, *probes], "cubin", *args)
         return cubin, symbols, True
     except CompileError:
+        pass
+    try:
         cubin, symbols = compile_program(source, names, "cubin", *args)  # the code's own errors, if it has any
-        return cubin, symbols, False
+    except CompileError as exc:
+        if "__nv_name_map" in exc.log:  # NVRTC refused a name expression: is the name or the code wrong?
+            _raise_if_not_defined(source, names, exc, *args)
+        raise
+    return cubin, symbols, False
+
+
+def _raise_if_not_defined(source: str, names: Sequence[str], error: CompileError, *args: Any) -> None:
+    """Raise :class:`BinaryError` naming the kernels ``source`` defines and the closest to each name
+    NVRTC refused, where the source compiles without them (else return: the code's errors stand)."""
+    try:
+        cubin, _ = compile_program(source, [], "cubin", *args)
+    except CompileError:
+        return
+    kernels = declared_kernels(source, kernels_in_image(cubin, "cubin"))
+    raise BinaryError(not_defined_message(failed_names(error.log, names), kernels)) from None
 
 
 def _typed_by_compiler(spec: KernelSpec, lowered: str | None) -> KernelSpec:

@@ -60,7 +60,7 @@ def check_installed(version: str | None = None) -> str:
     if version is None:
         raise UnsupportedVersion(
             f"Helion is not installed; launchpad's Helion front end needs helion {supported} "
-            "(pip install 'launchpad[helion]')"
+            "(pip install 'launchpad-kernels[helion]')"
         )
     parsed = _parse(version)
     if parsed is None or not SUPPORTED[0] <= parsed <= SUPPORTED[1]:

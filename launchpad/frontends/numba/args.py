@@ -373,6 +373,25 @@ def convert_enum(value: Any, device: int, stream: int, ctx: Context, arg: Arg, *
 convert_record.specialize = lambda **options: functools.partial(convert_record, **options)  # type: ignore[attr-defined]
 convert_enum.specialize = lambda **options: functools.partial(convert_enum, **options)  # type: ignore[attr-defined]
 convert_record.host_copies = (0,)  # type: ignore[attr-defined]
+
+
+def _array_offline(value: Any) -> bool:
+    """Whether the array converter checks ``value`` without a device (launchpad.launch.offline): a
+    tensor, or what it refuses anyway; not a host array (copied to the device) nor an object whose
+    memory only the driver can place."""
+    return isinstance(value, torch.Tensor) or (
+        _host_array(value) is None and not hasattr(value, "__cuda_array_interface__")
+    )
+
+
+def _record_offline(value: Any) -> bool:
+    """The same for records: not a numpy record (copied to the device) nor a device record."""
+    return not isinstance(value, np.void) and not hasattr(value, "__cuda_array_interface__")
+
+
+convert_array.offline = _array_offline  # type: ignore[attr-defined]
+convert_complex.offline = convert_enum.offline = lambda value: True  # type: ignore[attr-defined]
+convert_record.offline = _record_offline  # type: ignore[attr-defined]
 CONVERTERS["numba_array"] = convert_array
 CONVERTERS["numba_complex"] = convert_complex
 CONVERTERS["numba_record"] = convert_record
