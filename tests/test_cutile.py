@@ -315,7 +315,9 @@ def test_missing_or_old_cutile_is_named(monkeypatch):
     with pytest.raises(UnsupportedVersion, match=r"cuTile \(PyPI cuda-tile\) >= 1.4.*cuda-tile 1.3.0 is installed"):
         launchpad.from_cutile(vector_add, (torch.randn(64),) * 3 + (16,), arch="sm_90")
     monkeypatch.setitem(sys.modules, "cuda.tile", None)
-    with pytest.raises(UnsupportedVersion, match=r"needs cuTile \(PyPI cuda-tile >= 1.4\).*launchpad-kernels\[cutile\]"):
+    with pytest.raises(
+        UnsupportedVersion, match=r"needs cuTile \(PyPI cuda-tile >= 1.4\).*launchpad-kernels\[cutile\]"
+    ):
         launchpad.from_cutile(vector_add, (), arch="sm_90")
 
 

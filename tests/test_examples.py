@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
+import launchpad
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 HAS_GPU = torch.cuda.is_available()
 NEEDS = {"triton_kernel.py": "triton", "numba_kernel.py": "numba.cuda", "distributed.py": "triton"}
@@ -35,6 +37,11 @@ ON_A_GPU = {
 def run(command: list[str], tmp_path: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRITON_DEFAULT_FP_FUSION"}  # as a user runs them
     env.update(TRITON_CACHE_DIR=str(tmp_path / "triton"), NCCL_NVLS_ENABLE="0")
+    # The examples run in tmp_path: the launchpad under test (an install, or a checkout on a
+    # relative PYTHONPATH such as the GPU machine's ``PYTHONPATH=.``) must still be the one imported.
+    paths = [str(Path(launchpad.__file__).resolve().parents[1])]
+    paths += [str(Path(p).resolve()) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
     return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 

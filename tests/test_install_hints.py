@@ -129,7 +129,10 @@ def test_the_extra_fits_the_installed_bindings(monkeypatch, bindings, extra):
 
 def test_info_warns_of_another_import_package_launchpad(monkeypatch, capsys):
     """dm-launchpad (and PyPI's project named launchpad) install a package ``launchpad`` too."""
-    assert _environment.import_package_owners()[0] == "launchpad-kernels"  # this one, installed
+    owners = _environment.import_package_owners()
+    if not owners:
+        pytest.skip("launchpad is imported from a source tree on PYTHONPATH, not installed")
+    assert owners[0] == "launchpad-kernels"  # this one, installed
     monkeypatch.setattr(_environment, "import_package_owners", lambda: ["launchpad-kernels", "dm-launchpad"])
     assert cli.main(["info"]) == 0
     out = capsys.readouterr().out
