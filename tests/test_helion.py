@@ -11,10 +11,12 @@ from __future__ import annotations
 import struct
 import threading
 
+import numpy as np
 import pytest
 import torch
 
 import launchpad
+from launchpad.frontends.helion import keys as hkeys
 from launchpad.frontends.helion import versions as hv
 from launchpad.frontends.helion.kernel import HelionKernel
 from launchpad.frontends.helion.launch import Launcher, refusals
@@ -186,6 +188,22 @@ def test_key_partitions_mixed_calls_as_helion_does(static_shapes, index_dtype, c
 
 
 @supported
+@SETTINGS
+def test_a_constexpr_never_keys_as_a_tensor(static_shapes, index_dtype):
+    """A constexpr keys as its value: one equal to what a tensor's entry holds (launchpad's
+    fields, or Helion's own entry, which Helion itself confuses with the tensor) still keys apart
+    from the tensor, so no host function is shared that Helion would not share."""
+    kernel = helion.kernel(_many, static_shapes=static_shapes, index_dtype=index_dtype, autotune_effort="none")
+    key = launchpad.helion_kernel(kernel)._key
+    a = (_tensor("v24"), None, 1, 0.5, True, [1], 2)
+    head = getattr(hkeys, "_TENSOR", object())
+    fields = tuple(f for f in key(a)[0] if f is not head)  # what the entry holds besides its private head
+    for like in (fields, kernel._base_specialization_key(a)[0]):
+        b = (hl.constexpr(like), *a[1:])
+        assert key(a) != key(b)
+
+
+@supported
 def test_key_ends_with_the_kernels_key_function():
     kernel = helion.kernel(_many, key=lambda *args: len(args[5]), autotune_effort="none")
     key = launchpad.helion_kernel(kernel)._key
@@ -280,8 +298,30 @@ def test_constexpr_defaults_and_keywords(env):
     assert len(sources) == 2  # factor 3 and factor 4, each compiled in
     for args in [(x, 3), (x, 3, 0.5), (x, hl.constexpr(3), 2.0), (x, 4)]:
         assert hk.host_functions[hk._key(args)][0] is H.scale_by.bind(args)
-    with pytest.raises(TypeError, match="Too many arguments"):
-        hk(x, 3, 0.5, 1)
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"^Helion kernel 'scale_by': Too many arguments"):
+        hk(x, 3, 0.5, 1)  # also a TypeError, as Helion's own refusal is
+
+
+def test_arguments_helion_cannot_take_are_named(env):
+    hk = env.wrap(H.scale_by)
+    x = torch.randn(100)
+    with pytest.raises(
+        launchpad.ArgumentTypeError,
+        match=r"^Helion kernel 'scale_by', argument 'bias': Helion cannot take float32 \(unsupported argument type",
+    ):
+        hk(x, 3, np.float32(1.0))
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"^Helion kernel 'scale_by': missing a required argument"):
+        hk(x, bias=1.0)
+    assert env.fake.launches == []
+
+
+def test_reset_forgets_the_launchers_too_and_wrappers_share_one_lock(env):
+    hk = env.wrap(H.scale_by)
+    hk(torch.randn(100), 3)
+    assert hk._launcher._last and hk._launcher._runs
+    hk.reset()
+    assert hk.host_functions == {} and hk._launcher._last == {} and hk._launcher._runs == {}
+    assert launchpad.helion_kernel(H.scale_by)._lock is hk._lock  # binding and autotuning one at a time
 
 
 def test_matmul_epilogue_functions_are_keyed_as_helion_keys_them(env):
@@ -456,7 +496,7 @@ def test_unsupported_helion_versions_and_objects_are_refused(monkeypatch):
         launchpad.helion_kernel(H.add)
     monkeypatch.setattr(hv, "installed_version", lambda: "1.0.0")
     with pytest.raises(
-        launchpad.ArgumentError, match=r"needs a @helion.kernel function \(helion.Kernel\), got function"
+        launchpad.ArgumentError, match=r"needs a @helion.kernel function \(helion.Kernel\), got 'add' \(function\)"
     ):
         launchpad.helion_kernel(H.add.fn)
 

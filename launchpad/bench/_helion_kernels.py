@@ -1,5 +1,5 @@
 """Helion kernels of the Helion benchmarks (imported only when Helion is installed): an add with
-torch's broadcasting and a matmul with an epilogue, the computations of Helion's own ``add`` and
+torch's broadcasting and a matmul (its epilogue argument left to the identity), the computations of Helion's own ``add`` and
 ``matmul`` examples, each with one fixed config, so that the timings measure calls, not tuning.
 """
 

@@ -18,15 +18,30 @@ from __future__ import annotations
 
 import threading
 import types
+import weakref
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import ArgumentError
+from ...errors import ArgumentError, ArgumentTypeError
 from .keys import make_key
 from .launch import Launcher, refusals
 from .versions import check_installed
 
 __all__ = ["HelionKernel"]
+
+
+# One lock per Helion kernel, shared by every HelionKernel of it: binding, autotuning and compiling
+# change the kernel's own tables (Helion's BoundKernel), which two wrappers must not do at once.
+_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
+_LOCKS_LOCK = threading.Lock()
+
+
+def _lock_of(kernel: Any) -> threading.RLock:
+    with _LOCKS_LOCK:
+        lock = _LOCKS.get(kernel)
+        if lock is None:
+            lock = _LOCKS[kernel] = threading.RLock()
+        return lock
 
 
 class _ByExtras:
@@ -56,8 +71,10 @@ class HelionKernel:
     kernel
         The Helion kernel.
     host_functions : dict
-        ``{key: (bound_kernel, host_function)}`` of the specializations called so far; a key
-        whose kernel specializes on values (``hl.specialize``) holds a table of its own.
+        ``{key: (bound_kernel, compiled_host_function, host_function_called)}`` of the
+        specializations called so far (the last is Helion's compiled function with launchpad's
+        ``_launcher``); a key whose kernel specializes on values (``hl.specialize``) holds a table
+        of its own.
 
     Raises
     ------
@@ -72,8 +89,10 @@ class HelionKernel:
         from helion.runtime.kernel import Kernel as _HelionKernel
 
         if not isinstance(kernel, _HelionKernel):
+            what = getattr(kernel, "__qualname__", None) or type(kernel).__name__
             raise ArgumentError(
-                f"helion_kernel needs a @helion.kernel function (helion.Kernel), got {type(kernel).__name__}"
+                f"helion_kernel needs a @helion.kernel function (helion.Kernel), got {what!r} "
+                f"({type(kernel).__name__}): decorate it with @helion.kernel"
             )
         self.kernel = kernel
         self.__name__ = kernel.name
@@ -82,18 +101,21 @@ class HelionKernel:
         self._key = make_key(kernel)
         self._launcher = Launcher(launcher_of, kernel.name)
         self.host_functions: dict[Any, Any] = {}
-        self._lock = threading.RLock()
+        self._lock = _lock_of(kernel)
 
     def __repr__(self) -> str:
         return f"<launchpad.HelionKernel {self.kernel.name} ({len(self.host_functions)} specializations)>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the kernel on ``args`` as ``kernel(*args, **kwargs)`` would, launching through launchpad."""
-        if kwargs:
-            args = self.kernel.normalize_args(*args, **kwargs)  # as Helion's Kernel.__call__
-        elif len(args) > self._arity:
-            self.kernel.bind(args)  # raises Helion's own TypeError
-        key = self._key(args)
+        try:
+            if kwargs:
+                args = self.kernel.normalize_args(*args, **kwargs)  # as Helion's Kernel.__call__
+            elif len(args) > self._arity:
+                self.kernel.bind(args)  # raises Helion's own TypeError
+            key = self._key(args)
+        except TypeError as exc:  # Helion's refusal of the arguments, said with the kernel's name
+            raise self._refusal(args, exc) from exc
         entry = self.host_functions.get(key)
         if entry is None:
             entry = self._miss(key, args)
@@ -106,11 +128,26 @@ class HelionKernel:
         return call(*args)
 
     def reset(self) -> None:
-        """Forget every specialization, here and in Helion (``kernel.reset()``): the next calls
-        bind, compile and autotune again."""
+        """Forget every specialization, here, in the launcher and in Helion (``kernel.reset()``):
+        the next calls bind, compile and autotune again."""
         with self._lock:
             self.kernel.reset()
             self.host_functions = {}
+            self._launcher.reset()
+
+    def _refusal(self, args: tuple, exc: TypeError) -> ArgumentTypeError:
+        """``exc`` (Helion's TypeError for these arguments) as launchpad's error: the kernel named,
+        and the argument whose type Helion cannot key where one is."""
+        names = list(self.kernel.signature.parameters)
+        for name, value in zip(names, args):
+            try:
+                self.kernel._specialization_key(value)
+            except TypeError:
+                return ArgumentTypeError(
+                    f"Helion kernel {self.kernel.name!r}, argument {name!r}: Helion cannot take "
+                    f"{type(value).__name__} ({exc})"
+                )
+        return ArgumentTypeError(f"Helion kernel {self.kernel.name!r}: {exc}")
 
     # --- a new specialization: Helion's own binding, config and compilation -------------------------
 

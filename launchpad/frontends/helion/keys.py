@@ -39,6 +39,8 @@ import torch
 __all__ = ["make_key"]
 
 _INT32_MAX = 2**31 - 1
+# Heads every tensor's entry: no constexpr value (keyed as itself) can equal a tensor's key.
+_TENSOR = object()
 
 
 def make_key(kernel: Any) -> Callable[[tuple], tuple]:
@@ -68,12 +70,12 @@ def make_key(kernel: Any) -> Callable[[tuple], tuple]:
                 marked = frozenset(marked) if marked else None  # Helion: absent and empty alike
                 device = value.is_cuda or value.device.type  # True stands for "cuda"
                 if static:
-                    append((value.dtype, device, value.shape, value.stride(), marked))
+                    append((_TENSOR, value.dtype, device, value.shape, value.stride(), marked))
                 elif settings.index_dtype is None:
                     sizes = tuple([s if s < 2 else 2 for s in value.shape])
-                    append((value.dtype, device, sizes, value.numel() > _INT32_MAX, marked))
+                    append((_TENSOR, value.dtype, device, sizes, value.numel() > _INT32_MAX, marked))
                 else:
-                    append((value.dtype, device, tuple([s if s < 2 else 2 for s in value.shape]), marked))
+                    append((_TENSOR, value.dtype, device, tuple([s if s < 2 else 2 for s in value.shape]), marked))
             elif c is int or c is float or c is bool:
                 append(c)
             elif value is None:

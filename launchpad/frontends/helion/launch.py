@@ -126,6 +126,12 @@ class Launcher:
 
         self.launch = _launcher  # what host functions are called with as _launcher
 
+    def reset(self) -> None:
+        """Forget every Triton kernel and launcher seen (what :meth:`HelionKernel.reset` asks)."""
+        with self._lock:
+            self._last.clear()
+            self._runs.clear()
+
     def _resolve(self, triton_kernel: Any, num_warps: int, num_stages: int, options: dict) -> tuple:
         why = [w for w in (_why_refused(k, self._options) for k in options) if w]
         if why:
