@@ -724,6 +724,30 @@ def _(env):
     lp.compile_cuda(source, "scale<float>", arch=env.arch)
 
 
+TEMPLATE_SOURCE = "template <typename T> __global__ void axpy(T a, T* y) { y[0] += a; }"
+
+
+@case("cpp-template-named-without-its-arguments", "cpp", "missing-kernel", lp.BinaryError,
+      r"^kernel 'axpy' is not defined in the source; did you mean an instance of the template 'axpy<T>' \(its "
+      r"template arguments in <>\)\? It defines: the kernel template axpy<T>", kernel="axpy")  # fmt: skip
+def _(env):
+    lp.compile_cuda(TEMPLATE_SOURCE, "axpy", arch=env.arch)
+
+
+@case("cpp-template-argument-undefined", "cpp", "missing-kernel", lp.BinaryError,
+      r"^kernel 'axpy<T>' is not usable as named \(NVRTC: identifier \"T\" is undefined\)\. It defines: the "
+      r"kernel template axpy<T>", kernel="axpy<T>")  # fmt: skip
+def _(env):
+    lp.compile_cuda(TEMPLATE_SOURCE, "axpy<T>", arch=env.arch)  # never "did you mean 'axpy<T>'?": no loop
+
+
+@case("cpp-overloaded-kernel-name", "cpp", "missing-kernel", lp.BinaryError,
+      r"^kernel 'k' is not usable as named \(NVRTC: cannot determine which instance of overloaded function \"k\" "
+      r"is intended\)\. It defines: k$", kernel="k")  # fmt: skip
+def _(env):
+    lp.compile_cuda("__global__ void k(float* x) {}\n__global__ void k(int* x) {}", "k", arch=env.arch)
+
+
 @case(
     "cpp-signature-disagrees-with-the-binary",
     "cpp",

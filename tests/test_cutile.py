@@ -316,7 +316,8 @@ def test_missing_or_old_cutile_is_named(monkeypatch):
         launchpad.from_cutile(vector_add, (torch.randn(64),) * 3 + (16,), arch="sm_90")
     monkeypatch.setitem(sys.modules, "cuda.tile", None)
     with pytest.raises(
-        UnsupportedVersion, match=r"needs cuTile \(PyPI cuda-tile >= 1.4\).*launchpad-kernels\[cutile\]"
+        UnsupportedVersion,
+        match=r"needs cuTile \(PyPI cuda-tile >= 1.4\).*cuda-tile\[tileiras\].*the cutile extra of launchpad-kernels",
     ):
         launchpad.from_cutile(vector_add, (), arch="sm_90")
 

@@ -489,7 +489,10 @@ def test_unsupported_helion_versions_and_objects_are_refused(monkeypatch):
             hv.check_installed(version)
     assert hv.check_installed("1.0.0") == "1.0.0" and hv.check_installed("1.0.3") == "1.0.3"
     monkeypatch.setattr(hv, "installed_version", lambda: None)
-    with pytest.raises(launchpad.UnsupportedVersion, match=r"Helion is not installed.*launchpad-kernels\[helion\]"):
+    with pytest.raises(
+        launchpad.UnsupportedVersion,
+        match=r"Helion is not installed.*helion>=1\.0,<1\.1': the helion extra of launchpad-kernels",
+    ):
         launchpad.helion_kernel(H.add)
     monkeypatch.setattr(hv, "installed_version", lambda: "1.5.1")
     with pytest.raises(launchpad.UnsupportedVersion, match=r"^Helion 1\.5\.1 is installed"):

@@ -28,8 +28,9 @@ from launchpad.reporting import environment as _environment
 ROOT = Path(__file__).resolve().parents[1]
 MAJOR = _driver.bindings_version().split(".")[0]
 EXTRA = f"cu{MAJOR}" if MAJOR in ("12", "13") else "cu13"
-HINT = (f'pip install "launchpad-kernels[{EXTRA}]" (NVRTC, nvJitLink and the CUDA {EXTRA[2:]} headers, for the '
-        f"installed cuda-bindings {_driver.bindings_version()}), or install a CUDA {EXTRA[2:]} toolkit")  # fmt: skip
+HINT = (f'pip install "cuda-toolkit[nvrtc,nvjitlink,nvfatbin,cccl,cudart]=={EXTRA[2:]}.*" (NVRTC, nvJitLink and the '
+        f"CUDA {EXTRA[2:]} headers, for the installed cuda-bindings {_driver.bindings_version()}: what the {EXTRA} extra of launchpad-kernels "
+        f"brings), or install a CUDA {EXTRA[2:]} toolkit")  # fmt: skip
 
 HIDE = """
 import cuda.pathfinder as pathfinder
@@ -123,8 +124,19 @@ def test_info_lists_nvrtc_and_nvjitlink_with_their_versions(capsys):
 def test_the_extra_fits_the_installed_bindings(monkeypatch, bindings, extra):
     monkeypatch.setattr(_driver, "bindings_version", lambda: bindings)
     hint = _toolchain.install_hint()
-    assert hint.startswith(f'pip install "launchpad-kernels[{extra}]" (') and f"cuda-bindings {bindings}" in hint
-    assert hint.endswith(f"or install a CUDA {extra[2:]} toolkit")
+    cuda = extra[2:]
+    assert hint.startswith(f'pip install "cuda-toolkit[nvrtc,nvjitlink,nvfatbin,cccl,cudart]=={cuda}.*" (')
+    assert f"cuda-bindings {bindings}: what the {extra} extra of launchpad-kernels brings" in hint
+    assert hint.endswith(f"or install a CUDA {cuda} toolkit")
+
+
+def test_the_hint_installs_what_the_extras_do():
+    """The hint names the packages themselves (the distribution is not published yet, and a
+    clone's editable install must stay); they are the extras' own, as pyproject.toml lists them."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    for cuda in ("12", "13"):
+        extra = re.search(rf"^cu{cuda} = \[(.*)\]$", pyproject, re.M)
+        assert extra is not None and f'"{_toolchain.TOOLKIT_WHEELS}=={cuda}.*"' in extra.group(1)
 
 
 def test_info_warns_of_another_import_package_launchpad(monkeypatch, capsys):

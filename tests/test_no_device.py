@@ -106,6 +106,38 @@ def test_a_launch_without_a_device_checks_what_it_can(axpy, executor, no_device,
         SPELLINGS[spelling](k, grid, block, args(x, y))
     assert type(info.value) is cls, f"{type(info.value).__name__}: {info.value}"
     assert re.search(message, str(info.value)), str(info.value)
+    if cls is not lp.NoDeviceError:  # the launch's own error, not "during handling of" the missing device
+        assert info.value.__suppress_context__ and info.value.__cause__ is None
+
+
+BF16 = "#include <cuda_bf16.h>\n__global__ void shift(__nv_bfloat16 b, float* y) { y[0] += float(b); }"
+
+
+@pytest.mark.parametrize(
+    ("value", "cls", "message"),
+    [
+        (1e39, lp.ArgumentError, r"^kernel 'shift', argument 0 \('b'\), param 0 \(bf16\): 1e\+39 is out of range for bf16$"),
+        ("x", lp.ArgumentTypeError, r"^kernel 'shift', argument 0 \('b'\), param 0 \(bf16\): expected a float for a bf16 "
+         r"parameter, got str 'x'$"),
+    ],
+)  # fmt: skip
+def test_a_bf16_value_is_refused_as_a_gpu_refuses_it(executor, no_device, value, cls, message):
+    k = _kernel(lp.compile_cuda(BF16, "shift", arch="sm_90").spec, executor)
+    with pytest.raises(lp.LaunchpadError) as info:
+        k.launch(1, 1, value, torch.randn(4))
+    assert type(info.value) is cls and re.search(message, str(info.value)), f"{type(info.value).__name__}: {info.value}"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_triton_without_a_gpu_or_a_target_says_to_give_one():
+    """Triton's own "0 active drivers" becomes what to do: compile for a target."""
+    pytest.importorskip("triton")
+    import triton_kernels as T
+
+    x = torch.randn(1024)
+    with pytest.raises(lp.NoDeviceError, match=r"^Triton finds no GPU to compile for \(.+\); pass "
+                       r"target=GPUTarget\('cuda', 90, 32\) \(or target=90\) to compile for an H100 without one$"):  # fmt: skip
+        lp.triton_launcher(T.add_kernel)[(4,)](x, x, x, 1024, BLOCK=256)
 
 
 def test_the_no_device_message_says_why(axpy, executor, no_device):

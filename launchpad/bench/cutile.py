@@ -83,7 +83,7 @@ class _Setup:
         try:
             import cuda.tile as ct
         except ImportError as exc:
-            raise Missing(f"cuTile is not installed ({exc}): pip install 'launchpad-kernels[cutile]'") from None
+            raise Missing(f"cuTile is not installed ({exc}): pip install 'cuda-tile[tileiras]'") from None
         from . import _cutile_kernels
 
         torch = ctx.torch

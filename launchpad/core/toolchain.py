@@ -151,15 +151,21 @@ def library_version(library: str) -> str | None:
     return f"{major.value}.{minor.value}" if status == 0 else "unknown"
 
 
+#: The CUDA toolkit's wheels the cu12 and cu13 extras install (pyproject.toml), without the version.
+TOOLKIT_WHEELS = "cuda-toolkit[nvrtc,nvjitlink,nvfatbin,cccl,cudart]"
+
+
 def install_hint() -> str:
     """What to install for a missing NVRTC or nvJitLink: the exact pip command with the extra that
     fits the installed cuda-bindings."""
     bindings = _driver.bindings_version()
     major = bindings.split(".")[0]
     cuda = major if major in ("12", "13") else "13"
+    # The packages themselves, not the extra: the distribution is not on PyPI yet, and in a clone's
+    # editable install `pip install "launchpad-kernels[cu13]"` would replace the clone's own install.
     return (
-        f'pip install "{DISTRIBUTION}[cu{cuda}]" (NVRTC, nvJitLink and the CUDA {cuda} headers, for the installed '
-        f"cuda-bindings {bindings}), or install a CUDA {cuda} toolkit"
+        f'pip install "{TOOLKIT_WHEELS}=={cuda}.*" (NVRTC, nvJitLink and the CUDA {cuda} headers, for the installed '
+        f"cuda-bindings {bindings}: what the cu{cuda} extra of {DISTRIBUTION} brings), or install a CUDA {cuda} toolkit"
     )
 
 

@@ -43,7 +43,10 @@ def refuse(spec: KernelSpec, ctx: Context, exc: Exception, grid: Any, block: Any
         _checks.no_device(ctx, exc)
     except NoDeviceError as no_device:
         error = no_device
-    notes = check(spec, ctx, grid, block, values, shared_mem)
+    try:
+        notes = check(spec, ctx, grid, block, values, shared_mem)
+    except ArgumentError as wrong:
+        raise wrong from None  # the launch's own error, not "during handling of" the missing device
     detail = "; ".join(["its grid, block and arguments were checked and fit the kernel", *notes])
     raise NoDeviceError(f"{error} ({detail})") from None
 
@@ -152,10 +155,7 @@ def _param(ctx: Context, arg: Arg, param: Param, value: Any) -> str:
             _checks.bytes_value(ctx, arg, value)
         return ""
     if param.type == "bf16":
-        try:
-            _checks.bf16_bits(value)
-        except (struct.error, TypeError) as exc:
-            Fail.value(ctx, arg, param, value, exc)
+        _checks.bf16_value(ctx, arg, value)  # as a launch words it
         return ""
     if kind == "int" and arg.options.get("wrap"):
         value = _checks.int_bits(ctx, arg, value)

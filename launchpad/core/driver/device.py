@@ -86,7 +86,8 @@ def init() -> None:
             result = _cu.cuInit(0)
         except Exception as exc:  # the bindings raise when libcuda.so cannot be found
             raise NoDeviceError(
-                f"no CUDA driver found ({exc}); compiling works without a GPU, launching needs one"
+                f"no CUDA driver found ({exc}); launching needs one, compiling does not: give the target "
+                "architecture (arch='sm_90' for an H100) to compile without a GPU"
             ) from None
         try:
             version = _cu.cuDriverGetVersion()  # needs no cuInit: works on any driver the bindings find

@@ -159,17 +159,33 @@ def not_defined_message(bad: dict[str, list[str]], kernels: Sequence[Declared]) 
     parts = []
     for name, messages in bad.items():
         hint = closest(name, kernels)
+        if hint is not None and _split(hint[0]) == _split(name):
+            hint = None  # the name itself (an overload, an undefined template argument): NVRTC says why
+        suggestion = ""
+        if hint is not None:  # a template named without its arguments gets the template, not an echo
+            bare = not _split(name)[1] and "<" in hint[0]
+            suggestion = (
+                f"an instance of the template {hint[0]!r} (its template arguments in <>)" if bare else repr(hint[0])
+            )
         if any("non-__global__" in s for s in messages):
             parts.append(f"{name!r} is not a kernel (a __global__ function) of the source")
         elif hint is not None and hint[1]:
-            parts.append(f"kernel {name!r} is not defined at global scope; did you mean {hint[0]!r}, in its namespace?")
-        elif hint is not None:
-            parts.append(f"kernel {name!r} is not defined in the source; did you mean {hint[0]!r}?")
-        else:
-            why = "; ".join(
-                s for s in messages if "is undefined" not in s and not s.startswith(("Error in", "Name expr"))
+            parts.append(
+                f"kernel {name!r} is not defined at global scope; did you mean {suggestion}, in its namespace?"
             )
-            parts.append(f"kernel {name!r} is not defined in the source" + (f" (NVRTC: {why[:300]})" if why else ""))
+        elif hint is not None:
+            parts.append(f"kernel {name!r} is not defined in the source; did you mean {suggestion}?")
+        else:
+            own = f'"{_split(name)[0].split("::")[-1]}"'  # "identifier <the name> is undefined" says nothing new
+            why = "; ".join(
+                s
+                for s in messages
+                if not (own in s and "is undefined" in s) and not s.startswith(("Error in", "Name expr"))
+            )
+            last = _split(name)[0].split("::")[-1]
+            known = any(_split(d.name)[0].split("::")[-1] == last for d in kernels)
+            said = "is not usable as named" if known else "is not defined in the source"
+            parts.append(f"kernel {name!r} {said}" + (f" (NVRTC: {why[:300]})" if why else ""))
     plain = [str(d) for d in kernels if not d.template]
     templates = [str(d) for d in kernels if d.template]
     said = "; ".join(parts)

@@ -25,7 +25,10 @@ MIN_CUTILE = (1, 4)
 #: The oldest ``tileiras`` per architecture family: Blackwell from 13.1, Hopper from 13.3.
 MIN_TILEIRAS = {"sm_9": (13, 3), "": (13, 1)}
 
-_INSTALL = "pip install 'launchpad-kernels[cutile]' (cuda-tile[tileiras]: cuda-tile, nvidia-cuda-tileiras, nvidia-cuda-nvcc and nvidia-nvvm of one major.minor)"
+_INSTALL = (
+    "pip install 'cuda-tile[tileiras]' (cuda-tile with nvidia-cuda-tileiras, nvidia-cuda-nvcc and nvidia-nvvm of one "
+    "major.minor: the cutile extra of launchpad-kernels)"
+)
 
 
 def parse_version(text: str) -> tuple[int, int] | None:

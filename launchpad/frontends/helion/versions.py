@@ -60,7 +60,7 @@ def check_installed(version: str | None = None) -> str:
     if version is None:
         raise UnsupportedVersion(
             f"Helion is not installed; launchpad's Helion front end needs helion {supported} "
-            "(pip install 'launchpad-kernels[helion]')"
+            "(pip install 'helion>=1.0,<1.1': the helion extra of launchpad-kernels)"
         )
     parsed = _parse(version)
     if parsed is None or not SUPPORTED[0] <= parsed <= SUPPORTED[1]:

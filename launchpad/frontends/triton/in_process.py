@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...core.spec import KernelSpec
-from ...errors import ArgumentError, CompileError, LaunchpadError
+from ...errors import ArgumentError, CompileError, LaunchpadError, NoDeviceError
 from ...kernel import Kernel
 from .cache_folder import ttir_leaves
 from .spec import Leaf, build_spec, divisible16, jsonable
@@ -116,7 +116,13 @@ def _target(target: Any) -> Any:
     if target is None:
         from triton.runtime.driver import driver
 
-        return driver.active.get_current_target()
+        try:
+            return driver.active.get_current_target()
+        except RuntimeError as exc:  # Triton's "0 active drivers": no GPU (or no CUDA torch) here
+            raise NoDeviceError(
+                f"Triton finds no GPU to compile for ({exc}); pass target=GPUTarget('cuda', 90, 32) (or "
+                "target=90) to compile for an H100 without one"
+            ) from None
     if isinstance(target, GPUTarget):
         return target
     if isinstance(target, int):
