@@ -17,11 +17,17 @@ parameter of 8 bytes or less whole, a larger one (a struct by value, such as tor
   tensor is then copied into a buffer of the sequence's own before each replay, a scalar refused;
 - changed in several inputs' probes: a value computed from several inputs, refused.
 
+Before a changed word costs a copy or a refusal, it is confirmed: the input's probe is captured
+again, and a word that differs between the two captures of the same values is no function of the
+inputs but bytes that vary alone (uninitialized padding in torch's functors that happened to
+match between the base and the control): left as recorded, as a word that changed in the control.
+
 Outputs (what the function returns) are found the same way, by :mod:`launchpad.launch.outputs`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,9 +103,17 @@ class Plan:
 
 
 def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
-            probed: dict[str, Any], is_device_pointer: Callable[[int], bool]) -> Plan:  # fmt: skip
+            probed: dict[str, Any], is_device_pointer: Callable[[int], bool],
+            again: Callable[[str], Capture] | None = None) -> Plan:  # fmt: skip
     """The plan of a sequence (see the module documentation); raises :class:`RecordError` for what
-    cannot be replayed."""
+    cannot be replayed. ``again(name)`` captures input ``name``'s probe once more (to confirm a
+    word before it costs a copy or a refusal); without it every changed word is taken as it is."""
+
+    def varies_alone(i: int, offset: int, size: int, names: list[str]) -> bool:
+        if again is None:
+            return False
+        return any(_bytes(again(n).nodes[i], offset, size) != _bytes(probes[n].nodes[i], offset, size) for n in names)
+
     same_structure("", base.nodes, control.nodes)
     for name, capture in probes.items():
         same_structure(name, base.nodes, capture.nodes)
@@ -119,6 +133,10 @@ def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values:
                     encoded.append((i, offset))  # (uninitialized padding, or an address in another form)
                 continue
             moved = [name for name, c in probes.items() if _bytes(c.nodes[i], offset, size) != here]
+            if len(moved) > 1 and varies_alone(i, offset, size, moved):
+                if size == 8:
+                    encoded.append((i, offset))
+                continue
             if len(moved) > 1:
                 raise RecordError(
                     f"{node.describe(i)}, {_label(node, offset, size, param)} changes with inputs "
@@ -128,7 +146,10 @@ def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values:
             if moved:
                 name = moved[0]
                 there = _bytes(probes[name].nodes[i], offset, size)
-                _follow(inputs[name], i, node, offset, size, param, here, there, values[name], probed[name])
+                if not _follow(inputs[name], i, node, offset, size, param, here, there, values[name], probed[name],
+                               functools.partial(varies_alone, i, offset, size, [name])):  # fmt: skip
+                    if size == 8:
+                        encoded.append((i, offset))  # bytes that vary alone, as those changed in the control
         if node.kind == "kernel" and node.block is None:
             _unreadable(i, node, inputs, values)
     plan = Plan(base.nodes, inputs, encoded=encoded)
@@ -194,8 +215,9 @@ def _pool_pointer(a: bytes, b: bytes | None, is_device_pointer: Callable[[int], 
 
 
 def _follow(p: InputPlan, i: int, node: Node, offset: int, size: int, param: Param | None, here: bytes,
-            there: bytes | None, old: Any, new: Any) -> None:  # fmt: skip
-    """A region that changed with one input: a use of it, a reason to copy it, or a refusal."""
+            there: bytes | None, old: Any, new: Any, varies_alone: Callable[[], bool]) -> bool:  # fmt: skip
+    """A region that changed with one input: a use of it, a reason to copy it, or a refusal; False
+    (nothing done) where a second capture shows the region varies alone."""
     label = _label(node, offset, size, param)
     if isinstance(old, torch.Tensor):
         if size == 8 and there is not None:
@@ -203,11 +225,15 @@ def _follow(p: InputPlan, i: int, node: Node, offset: int, size: int, param: Par
             if 0 <= delta < max(_span(old), 1) and int.from_bytes(there, "little") - new.data_ptr() == delta:
                 _refuse_nccl(p.name, i, node)
                 p.uses.append(Use(i, offset, 8, SK_POINTER, label, param, delta, _align(node, param, here)))
-                return
+                return True
+        if varies_alone():
+            return False
         _refuse_nccl(p.name, i, node)
         p.copy = p.copy or f"{node.describe(i)} holds it in a form launchpad cannot re-point ({label})"
-        return
+        return True
     use = _scalar_use(i, node, offset, size, param, label, here, there, old, new)
+    if use is None and varies_alone():
+        return False
     if use is None:
         raise RecordError(
             f"sequence input {p.name!r}: {node.describe(i)}, {label} changes with it but is not it (a value computed "
@@ -216,6 +242,7 @@ def _follow(p: InputPlan, i: int, node: Node, offset: int, size: int, param: Par
         )
     _refuse_nccl(p.name, i, node)
     p.uses.append(use)
+    return True
 
 
 def _scalar_use(i: int, node: Node, offset: int, size: int, param: Param | None, label: str, here: bytes,
