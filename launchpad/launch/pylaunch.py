@@ -385,7 +385,8 @@ def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, names: list[str], valu
             f"{v} = {src} if {src}.__class__ is bytes and len({src}) == {param.size} else _C.bytes_value(_ctx, {a}, {src})"
         )
     elif param.type == "bf16":
-        w.emit(f"{v} = _C.bf16_value(_ctx, {a}, {src})")
+        w.emit(f"try: {v} = _C.bf16_bits({src})")  # the refusal's wording only where it fails
+        w.emit(f"except Exception: {v} = _C.bf16_value(_ctx, {a}, {src})")
     elif kind == "int" and arg.options.get("wrap"):  # an int's bits, signed or unsigned, as Numba passes them
         bits = 8 * param.size
         lo, hi = (0, 1 << bits) if str(param.type).startswith("u") else (-(1 << (bits - 1)), 1 << (bits - 1))
