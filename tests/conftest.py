@@ -70,6 +70,15 @@ def _private_cache(tmp_path_factory):
         yield
 
 
+@pytest.fixture(scope="module")
+def private_triton_cache(tmp_path_factory):
+    """A Triton cache of the module's own (``pytestmark = pytest.mark.usefixtures(...)``): its
+    kernels compile here, not from another module's or the user's cache."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
+        yield
+
+
 def executor_available(name: str) -> str:
     """Why an executor cannot run here ("" when it can)."""
     if name == "compiled":

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from pathlib import Path
 
 import pytest
@@ -32,34 +31,18 @@ needs_36 = pytest.mark.skipif(not TMA_API, reason=f"written for Triton 3.6's Glu
                               f"which Triton {triton.__version__} renamed")  # fmt: skip
 import gluon_kernels as G  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton_abi import NULL_SCRATCH, SCRATCH_WORDS  # noqa: E402
+from triton_abi import NULL_SCRATCH, SCRATCH_WORDS, i32, i64, q  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _triton_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("private_triton_cache")
 
 
 def aligned(n: int, dtype=torch.float32) -> torch.Tensor:
     t = torch.randn(n + 64).to(dtype)
     start = (-t.data_ptr() % 16) // t.element_size()
     return t[start : start + n]
-
-
-def q(v: int) -> bytes:
-    return struct.pack("<Q", v)
-
-
-def i32(v: int) -> bytes:
-    return struct.pack("<i", v)
-
-
-def i64(v: int) -> bytes:
-    return struct.pack("<q", v)
 
 
 def problems() -> dict:

@@ -39,11 +39,7 @@ except launchpad.UnsupportedVersion as exc:
 supported = pytest.mark.skipif(bool(UNSUPPORTED), reason=UNSUPPORTED)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _triton_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("private_triton_cache")
 
 
 class Env:

@@ -31,7 +31,7 @@ import triton_kernels as K  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 from triton.tools.tensor_descriptor import TensorDescriptor  # noqa: E402
-from triton_abi import DESCRIPTOR_FLAGS, HAS_PADDING, NULL_SCRATCH, SCRATCH_NAMES, SCRATCH_WORDS, VERSION  # noqa: E402
+from triton_abi import DESCRIPTOR_FLAGS, HAS_PADDING, NULL_SCRATCH, SCRATCH_NAMES, SCRATCH_WORDS, VERSION, i32, i64, q  # noqa: E402
 
 SM90 = GPUTarget("cuda", 90, 32)
 SM80 = GPUTarget("cuda", 80, 32)
@@ -161,18 +161,6 @@ def cuobjdump_params(cubin: bytes, name: str, tmp_path: Path) -> list[tuple[int,
         if m:
             records.append(tuple(int(g, 16) for g in m.groups()))
     return sorted(records)
-
-
-def q(v: int) -> bytes:
-    return struct.pack("<Q", v)
-
-
-def i32(v: int) -> bytes:
-    return struct.pack("<i", v)
-
-
-def i64(v: int) -> bytes:
-    return struct.pack("<q", v)
 
 
 def f32(v: float) -> bytes:

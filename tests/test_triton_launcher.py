@@ -26,11 +26,7 @@ from triton_abi import NULL_SCRATCH  # noqa: E402
 SM90 = GPUTarget("cuda", 90, 32)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _triton_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
-        yield
+pytestmark = pytest.mark.usefixtures("private_triton_cache")
 
 
 class Launchers:

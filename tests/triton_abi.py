@@ -22,3 +22,16 @@ DESCRIPTOR_FLAGS = [] if VERSION < (3, 5) else ["padding"] if VERSION < (3, 7) e
 
 #: Whether CompiledKernel has ``metadata_group`` and TensorDescriptor ``padding`` (3.5+).
 HAS_PADDING = VERSION >= (3, 5)
+
+
+def q(v: int) -> bytes:
+    """A pointer or 64-bit word as the launcher packs it."""
+    return struct.pack("<Q", v)
+
+
+def i32(v: int) -> bytes:
+    return struct.pack("<i", v)
+
+
+def i64(v: int) -> bytes:
+    return struct.pack("<q", v)
