@@ -127,7 +127,7 @@ class FakeGraphs:
         assert seq.replay_path == self.fake.executor
         return seq
 
-    def capture(self, fn, values, prologue=None, skip=frozenset()):
+    def capture(self, fn, values, skip=frozenset()):
         self._capturing, self._pool, self._captured_ring = [], [], None
         try:
             result = fn(**values)

@@ -102,14 +102,14 @@ def _where(seq: Any, name: str, use: Use) -> str:
 def _check_tensor(seq: Any, name: str, old: torch.Tensor, value: Any) -> None:
     if not isinstance(value, torch.Tensor):
         raise ArgumentTypeError(f"sequence input {name!r} is a tensor, got {_checks.describe(value)}")
-    recorded = f"recorded with a {old.dtype} tensor of shape {tuple(old.shape)}, strides {old.stride()}"
     problem = (
         f"is on {value.device}, not cuda:{seq.device}" if value.get_device() != old.get_device() else
         f"is {value.dtype}" if value.dtype != old.dtype else
         f"has shape {tuple(value.shape)}" if value.shape != old.shape else
         f"has strides {value.stride()}" if value.stride() != old.stride() else ""
     )  # fmt: skip
-    if problem:
+    if problem:  # (the message is built only here: this check runs on every replay)
+        recorded = f"recorded with a {old.dtype} tensor of shape {tuple(old.shape)}, strides {old.stride()}"
         raise ArgumentError(f"sequence input {name!r} {problem}; it was {recorded} (shapes and layouts decide "
                             "grids and kernels: record again for another)")  # fmt: skip
 

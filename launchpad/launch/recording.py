@@ -77,14 +77,11 @@ class Capture:
     result: Any
 
 
-def capture(fn: Callable[..., Any], values: dict[str, Any], prologue: Callable[[], None] | None = None,
-            skip: frozenset[int] = frozenset()) -> Capture:  # fmt: skip
-    """Capture ``prologue()`` then ``fn(**values)`` on torch's machinery; snapshot the graph's nodes
-    (those whose function is in ``skip``, launchpad's own, left out)."""
+def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int] = frozenset()) -> Capture:
+    """Capture ``fn(**values)`` on torch's machinery; snapshot the graph's nodes (those whose
+    function is in ``skip``, launchpad's own, left out)."""
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     with torch.cuda.graph(graph):
-        if prologue is not None:
-            prologue()
         result = fn(**values)
     nodes = [snapshot(handle) for handle in _driver.graph_nodes(int(graph.raw_cuda_graph()))]
     return Capture(graph, [n for n in nodes if n.function not in skip], result)

@@ -136,11 +136,6 @@ def _input_value(name: str, value: Any, device: int) -> Any:
                             f"{_checks.describe(value)}")  # fmt: skip
 
 
-def _bytes_of(t: torch.Tensor, nbytes: int, byte_offset: int = 0) -> torch.Tensor:
-    """A flat uint8 view of ``nbytes`` of ``t``'s storage from ``byte_offset``."""
-    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage(), byte_offset, (nbytes,), (1,))
-
-
 def _writes(fn: Callable[..., Any], values: dict[str, Any], name: str) -> bool:
     """Whether ``fn`` writes input ``name``: run once on a copy of it, compared bit for bit."""
     x = values[name]
