@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
@@ -216,7 +217,8 @@ def test_wrong_constant_and_grid_limit_are_refused(fake_gpu):
         k[4](x, x, x, 32)
     unpatched = type(k)(k.spec)  # the fake GPU replaces .launch; the check comes before any device
     for launch in (lambda: k[1 << 24](x, x, x), lambda: unpatched.launch((1 << 24,), None, x, x, x),
-                   lambda: k.bind((1 << 24, 1), None, x, x, x)):  # fmt: skip
+                   lambda: k.bind((1 << 24, 1), None, x, x, x),
+                   lambda: unpatched.launch((np.int64(1 << 24),), None, x, x, x)):  # fmt: skip
         with pytest.raises(ArgumentError, match="grid dimension x = 16777216 is above cuTile's limit"):
             launch()
     assert not fake_gpu.launches

@@ -15,6 +15,7 @@ cuTile is imported only here and only when compiling; a saved cuTile kernel load
 from __future__ import annotations
 
 import io
+import numbers
 from dataclasses import replace
 from typing import Any
 
@@ -65,7 +66,7 @@ class CutileKernel(Kernel):
 def _check_grid(kernel: str, grid: Any) -> None:
     """Refuse a grid dimension above :data:`MAX_GRID_DIM` (anything else the launch checks)."""
     for axis, n in zip("xyz", grid if isinstance(grid, (tuple, list)) else (grid,)):
-        if isinstance(n, int) and n > MAX_GRID_DIM:
+        if isinstance(n, numbers.Integral) and n > MAX_GRID_DIM:  # numpy's ints too, as grids take them
             raise ArgumentError(
                 f"kernel {kernel!r}: grid dimension {axis} = {n} is above cuTile's limit of {MAX_GRID_DIM} tile "
                 "blocks (2**24 - 1; ct.launch refuses it too); launch the work in several launches"
