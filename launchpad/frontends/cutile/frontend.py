@@ -66,7 +66,7 @@ class CutileKernel(Kernel):
 def _check_grid(kernel: str, grid: Any) -> None:
     """Refuse a grid dimension above :data:`MAX_GRID_DIM` (anything else the launch checks)."""
     for axis, n in zip("xyz", grid if isinstance(grid, (tuple, list)) else (grid,)):
-        if isinstance(n, numbers.Integral) and n > MAX_GRID_DIM:  # numpy's ints too, as grids take them
+        if isinstance(n, numbers.Integral) and int(n) > MAX_GRID_DIM:  # numpy's ints too, as grids take them
             raise ArgumentError(
                 f"kernel {kernel!r}: grid dimension {axis} = {n} is above cuTile's limit of {MAX_GRID_DIM} tile "
                 "blocks (2**24 - 1; ct.launch refuses it too); launch the work in several launches"
