@@ -34,7 +34,7 @@ from .frontends.triton.in_process import from_triton
 from .frontends.triton.launcher import TritonLauncher, triton_launcher
 from .kernel import Kernel, from_image, load, load_cubin
 from .launch.executor import launch_path
-from .launch.sequence import Sequence, record
+from .sequences.sequence import Sequence, record
 from .torch_ops import torch_op
 
 # isort: split

@@ -27,9 +27,9 @@ import torch
 import launchpad as lp
 from launchpad.core import driver as _driver
 from launchpad.launch import checks as _checks
-from launchpad.launch import sequence as _sequence
-from launchpad.launch import updates as _updates
-from launchpad.launch.recording import Capture, Node
+from launchpad.sequences import sequence as _sequence
+from launchpad.sequences import updates as _updates
+from launchpad.sequences.capture import Capture, Node
 
 UPDATER = 0xAB00  # the fake updater's function handle
 

@@ -16,7 +16,7 @@ import launchpad as lp
 from launchpad.core import driver as _driver
 from launchpad.core.driver import device as _device
 from launchpad.core.driver import graphs as _graphs
-from launchpad.launch.recording import MEMCPY_FIELDS
+from launchpad.sequences.capture import MEMCPY_FIELDS
 
 R = cu.CUresult
 

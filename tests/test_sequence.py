@@ -18,8 +18,8 @@ import torch
 from fake_graphs import FakeGraphs, run_threads
 
 import launchpad as lp
-from launchpad.launch import pyreplay as _pyreplay
-from launchpad.launch.recording import far_probe, probe
+from launchpad.sequences import pyreplay as _pyreplay
+from launchpad.sequences.capture import far_probe, probe
 
 SOURCE = r"""
 extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
@@ -207,7 +207,7 @@ def test_a_value_computed_from_two_inputs_is_refused(module, graphs):
 def test_nodes_launchpad_cannot_look_into_are_refused_by_name(module, graphs):
     """Defect 3: a child graph reading an input, a host function, a conditional node."""
     axpy = graphs.fake.install(module["axpy"])
-    from launchpad.launch.recording import Node
+    from launchpad.sequences.capture import Node
 
     def child(x, y):
         axpy[1, 32](1.0, x, y, 32)

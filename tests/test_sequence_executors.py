@@ -197,7 +197,7 @@ def test_the_updater_compiles_and_links_with_the_device_runtime(monkeypatch):
     """NVRTC, then nvJitLink with CUDA's libcudadevrt.a: what device-side updates need, built here."""
     from launchpad.core import driver as _driver
     from launchpad.core import toolchain
-    from launchpad.launch import updates
+    from launchpad.sequences import updates
 
     if toolchain.device_runtime() is None:
         pytest.skip("no libcudadevrt.a here (launchpad's cu12/cu13 extra brings it)")

@@ -2,7 +2,7 @@
 what no node can be re-pointed for, and outputs, on the fake GPU (``tests/fake_graphs.py``).
 
 The foreign kernels here are laid out as the driver shows torch's (measured on an H100, see
-``benchmarks/experiments/graph_updates.py``'s survey): an elementwise kernel's pointers inside a
+the graph-updates experiment's survey (``benchmarks/experiments/graph_updates.py`` at f9f7baf, since removed)): an elementwise kernel's pointers inside a
 16-byte ``Array<char*, 2>``, a reduction's inside a 1,048-byte ``ReduceOp``, cuBLAS's inside a
 736-byte struct.
 """

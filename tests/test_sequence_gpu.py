@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import launchpad as lp
-from launchpad.launch import updates as _updates
+from launchpad.sequences import updates as _updates
 
 pytestmark = pytest.mark.gpu
 

@@ -23,6 +23,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "launchpad.core": (),
     "launchpad.launch": ("launchpad.core",),
     "launchpad.kernel": ("launchpad.core", "launchpad.launch"),
+    "launchpad.sequences": ("launchpad.core", "launchpad.launch"),
     **{front_end: LIBRARY for front_end in FRONT_ENDS},
     "launchpad.frontends": (),  # the folder's own __init__
     "launchpad.torch_ops": LIBRARY,

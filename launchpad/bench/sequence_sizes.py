@@ -58,7 +58,7 @@ def _variants(step: _SizedStep) -> dict[str, Any]:
     import torch
 
     import launchpad
-    from launchpad.launch import updates
+    from launchpad.sequences import updates
 
     seq = launchpad.record(step.launches, *step.sets[0])
     device_updater = updates.updater

@@ -146,7 +146,7 @@ def graph_alone(ctx: Any) -> Timed:
 
 def _sequence(ctx: Any, reads: int, compiled: bool | None = None, host: bool = False) -> tuple[Step, Any]:
     import launchpad
-    from launchpad.launch import updates
+    from launchpad.sequences import updates
 
     s = _step(ctx)
     x, y, a = s.inputs[0]

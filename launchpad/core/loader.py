@@ -60,7 +60,7 @@ class LoadedModule:
 
 
 #: Every function launchpad has loaded and not yet unloaded, by its address: what a recorded
-#: sequence (:mod:`launchpad.launch.sequence`) reads its captured kernel nodes with.
+#: sequence (:mod:`launchpad.sequences.sequence`) reads its captured kernel nodes with.
 _FUNCTIONS: weakref.WeakValueDictionary[int, LoadedModule] = weakref.WeakValueDictionary()
 
 

@@ -1,7 +1,7 @@
 """CUDA graphs: reading a captured graph's nodes, making kernel nodes device-updatable, updating an
 instantiated graph's nodes from the host, uploading and launching it.
 
-Recorded sequences (:mod:`launchpad.launch.sequence`) read what torch's capture made, node by node,
+Recorded sequences (:mod:`launchpad.sequences.sequence`) read what torch's capture made, node by node,
 with the driver's own calls: the runtime's ``cudaGraphKernelNodeGetParams`` fails on some
 library kernels (cuBLAS), the driver's does not; a kernel captured with ``extra`` (one packed
 buffer) is read from that buffer.

@@ -1,4 +1,4 @@
-/* The Replay type: a recorded sequence's replay (launchpad/launch/pyreplay.py is its reference).
+/* The Replay type: a recorded sequence's replay (launchpad/sequences/pyreplay.py is its reference).
  *
  * The Python side found where each input and output goes (uses: a target node, an offset, a size,
  * a slot kind) and made each target once: a device node (its changes go into the ring slot the

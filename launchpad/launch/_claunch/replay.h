@@ -19,7 +19,7 @@ typedef CUresult (*SetCopyFn)(void *exec, void *node, const void *params, void *
 typedef CUresult (*GraphLaunchFn)(void *exec, void *stream);
 typedef CUresult (*SyncFn)(void);  /* cuCtxSynchronize */
 
-enum { T_DEVICE, T_KERNEL, T_MEMCPY, T_MEMSET };  /* as launchpad/launch/updates.py numbers them */
+enum { T_DEVICE, T_KERNEL, T_MEMCPY, T_MEMSET };  /* as launchpad/sequences/updates.py numbers them */
 enum { S_LAUNCHES, S_BROKEN };                     /* the words of Sequence._state */
 
 typedef struct {

@@ -1,4 +1,4 @@
-/* The Replay type's construction and lifetime (see replay.c; launchpad/launch/creplay.py builds
+/* The Replay type's construction and lifetime (see replay.c; launchpad/sequences/creplay.py builds
  * the tuples). Every table is checked here: a use's target, its slot, and that it lies inside
  * its target's block, so a replay never writes outside one. */
 #include "replay.h"
@@ -117,7 +117,7 @@ static void Replay_free(Replay *self) {
 }
 
 /* Replay(inputs, targets, outputs, exec, device, entry_points, ctx_get_device, state, ring, current,
- *        fallback, build, lock, keep, tensor_types, get_stream): see launchpad/launch/creplay.py. */
+ *        fallback, build, lock, keep, tensor_types, get_stream): see launchpad/sequences/creplay.py. */
 static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     PyObject *inputs, *targets, *outputs, *ring, *current, *fallback_fn, *build, *lock, *keep, *tensor_types,
         *get_stream;
@@ -234,7 +234,7 @@ PyTypeObject Replay_Type = {
     .tp_name = "launchpad.launch._claunch.Replay",
     .tp_basicsize = sizeof(Replay),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_doc = "A recorded sequence's replay with new inputs (see launchpad/launch/pyreplay.py).",
+    .tp_doc = "A recorded sequence's replay with new inputs (see launchpad/sequences/pyreplay.py).",
     .tp_new = Replay_new,
     .tp_dealloc = (destructor)Replay_dealloc,
     .tp_traverse = (traverseproc)Replay_traverse,

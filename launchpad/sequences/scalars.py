@@ -12,8 +12,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
-from .checks import bf16_bits
-from .executor import SK_BF16, SK_BOOL, SK_F16, SK_F32, SK_F64, SK_INT, SK_UINT, SK_UNTYPED
+from ..launch.checks import bf16_bits
+from ..launch.executor import SK_BF16, SK_BOOL, SK_F16, SK_F32, SK_F64, SK_INT, SK_UINT, SK_UNTYPED
 
 __all__ = ["FOREIGN_KINDS", "kind_name", "scalar_bytes"]
 

@@ -6,8 +6,8 @@ stream (launchpad's kernels, torch's operations, cuBLAS) becomes a node of one C
 captured through torch's own machinery so that what ``fn`` allocates lives in the graph's private
 memory pool. Each argument of ``fn`` is an input: ``seq(*args, **kwargs)`` takes the same
 arguments (any left out keep their last value), checks each new value as a launch would, points
-every node that reads it at the new value (:mod:`launchpad.launch.analysis` finds them by
-comparing captures; :mod:`launchpad.launch.updates` changes them), launches the graph on torch's
+every node that reads it at the new value (:mod:`launchpad.sequences.analysis` finds them by
+comparing captures; :mod:`launchpad.sequences.updates` changes them), launches the graph on torch's
 current stream, and returns what ``fn`` returned, in new memory that no later replay overwrites.
 
 An input a node cannot be re-pointed for is copied into a buffer of the sequence's own by a copy
@@ -32,16 +32,16 @@ import torch
 
 from ..core import driver as _driver
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError, RecordError
-from . import checks as _checks
+from ..launch import checks as _checks
+from ..launch import executor as _executor
+from ..launch.executor import SK_POINTER
 from . import creplay as _creplay
-from . import executor as _executor
 from . import pyreplay as _pyreplay
 from . import updates as _updates
 from .analysis import Plan, Use, analyze, same_structure
-from .executor import SK_POINTER
+from .capture import capture, far_probe, probe
 from .outputs import find_outputs, flatten
 from .pyreplay import torch_device
-from .recording import capture, far_probe, probe
 
 __all__ = ["RecordError", "Sequence", "record"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from ..core import driver as _driver
-from . import executor as _executor
+from ..launch import executor as _executor
 from . import pyreplay as _pyreplay
 from .analysis import Use
 from .outputs import Index

@@ -2,7 +2,7 @@
 
 :func:`launchpad.record` captures the function with the real inputs (the base), once more with
 the same inputs (the control), and once per input with that input alone probed
-(:mod:`launchpad.launch.recording`). Every parameter of every node is compared across them, a
+(:mod:`launchpad.sequences.capture`). Every parameter of every node is compared across them, a
 parameter of 8 bytes or less whole, a larger one (a struct by value, such as torch's
 ``Array<char*, N>`` of pointers or a reduction's config) 8 bytes at a time:
 
@@ -22,7 +22,7 @@ again, and a word that differs between the two captures of the same values is no
 inputs but bytes that vary alone (uninitialized padding in torch's functors that happened to
 match between the base and the control): left as recorded, as a word that changed in the control.
 
-Outputs (what the function returns) are found the same way, by :mod:`launchpad.launch.outputs`.
+Outputs (what the function returns) are found the same way, by :mod:`launchpad.sequences.outputs`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ import torch
 
 from ..core.params import Param
 from ..errors import RecordError
-from .executor import SK_INT, SK_POINTER, SK_UINT, slot_kind
-from .recording import MEMCPY_FIELDS, Capture, Node
+from ..launch.executor import SK_INT, SK_POINTER, SK_UINT, slot_kind
+from .capture import MEMCPY_FIELDS, Capture, Node
 from .scalars import FOREIGN_KINDS, scalar_bytes
 
 __all__ = ["InputPlan", "Leaf", "Plan", "Storage", "Use", "analyze", "same_structure"]

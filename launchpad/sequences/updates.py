@@ -7,7 +7,7 @@ pinned host memory and launches the graph; the updater node reads the slot of it
 applies the entries with ``cudaGraphKernelNodeSetParam`` before any other node starts. The host
 makes no driver call besides ``cuGraphLaunch``, and the GPU pays one small kernel instead of the
 re-upload of every node changed from the host (measured on an H100 in
-``benchmarks/experiments/graph_updates.py``: a 20-node step with new tensors, 27.9 against
+an experiment (``benchmarks/experiments/graph_updates.py`` at f9f7baf, since removed): a 20-node step with new tensors, 27.9 against
 32.0 us per step). The ring's first word is the number of launches the updater has consumed: a
 replay waits before it overwrites a slot whose launch has not started. The updater is compiled
 once per process (NVRTC, then nvJitLink with CUDA's device runtime, ``libcudadevrt.a``).
@@ -31,7 +31,7 @@ from ..core import driver as _driver
 from ..core import toolchain as _toolchain
 from ..core.params import parameter_block
 from ..errors import LaunchpadError
-from . import checks as _checks
+from ..launch import checks as _checks
 
 __all__ = ["DEVICE", "KERNEL", "MEMCPY", "MEMSET", "SLOTS", "Ring", "Target", "updater"]
 

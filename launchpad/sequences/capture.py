@@ -7,7 +7,7 @@ at another address, a scalar of another value). :func:`capture` makes one such c
 :func:`snapshot` reads its nodes with the driver: each kernel node's function, launch shape and
 whole parameter block (laid out by launchpad's spec for its own kernels, by
 ``cuFuncGetParamInfo`` for any other), each copy's and memset's addresses, child graphs node by
-node. :mod:`launchpad.launch.analysis` compares the snapshots; it needs no GPU, so tests give it
+node. :mod:`launchpad.sequences.analysis` compares the snapshots; it needs no GPU, so tests give it
 snapshots of their own.
 """
 

@@ -2,7 +2,7 @@
 
 The function's result (tensors, alone or in tuples, lists and dicts, and None) is flattened into
 leaves. A tensor in memory the function allocated (the graph's own: it moves between captures)
-is a :class:`~launchpad.launch.analysis.Storage`: every word of every node that points into it in
+is a :class:`~launchpad.sequences.analysis.Storage`: every word of every node that points into it in
 the base capture must point at the same offset into it in every other capture, and a replay then
 re-points those words at new memory from torch's caching allocator. Where one does not follow it,
 or some node holds the graph's addresses in a form launchpad cannot read, the output is copied
@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from ..errors import RecordError
+from ..launch.executor import SK_POINTER
 from .analysis import Leaf, Plan, Storage, Use, _bytes, _label, _regions
-from .executor import SK_POINTER
-from .recording import Capture, Node
+from .capture import Capture, Node
 
 __all__ = ["Index", "find_outputs", "flatten"]
 

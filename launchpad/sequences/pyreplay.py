@@ -1,5 +1,5 @@
 """The Python replay of a recorded sequence: the reference for every check and message, and where
-the compiled replay (``_claunch.Replay``, built by :mod:`launchpad.launch.creplay`) hands what it
+the compiled replay (``_claunch.Replay``, built by :mod:`launchpad.sequences.creplay`) hands what it
 does not take.
 
 A replay checks every new value first (a tensor's device, dtype, shape, strides and the alignment
@@ -22,9 +22,9 @@ import torch
 
 from ..core import driver as _driver
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError
-from . import checks as _checks
+from ..launch import checks as _checks
+from ..launch.executor import SK_INT, SK_UINT
 from .analysis import Use
-from .executor import SK_INT, SK_UINT
 from .outputs import Index
 from .scalars import scalar_bytes
 from .updates import DEVICE
