@@ -101,7 +101,7 @@ def test_each_replay_returns_new_outputs(module, graphs):
     scale = graphs.fake.install(module["scale"])
 
     def step(x, s):
-        out = torch.empty(N)
+        out = graphs.pool(torch.empty(N))
         scale[1, N](out, x, s, N)
         return out
 
@@ -118,7 +118,7 @@ def test_outputs_in_tuples_dicts_views_inputs_and_bound_memory(module, graphs):
     bound = f32()
 
     def step(x):
-        out = torch.empty(2, N)
+        out = graphs.pool(torch.empty(2, N))
         scale[1, N](out[1], x, 2.0, N)
         scale[1, N](bound, x, 3.0, N)
         return {"out": out, "row": (out[1], None), "x": x[1:], "bound": bound}
@@ -135,7 +135,7 @@ def test_outputs_in_tuples_dicts_views_inputs_and_bound_memory(module, graphs):
 
 def test_an_output_no_node_can_follow_is_copied_out(module, graphs):
     def step(x):
-        out = torch.empty(N)
+        out = graphs.pool(torch.empty(N))
         graphs.foreign(
             "nvjet_sm90_tst_64x8_64x16", (16, struct.pack("<QQ", x.data_ptr(), out.data_ptr() >> 4 | 0xF << 60))
         )
@@ -172,7 +172,7 @@ def test_uninitialized_padding_does_not_pass_for_an_address(graphs):
     import os
 
     def step(x):
-        out = torch.empty(N)
+        out = graphs.pool(torch.empty(N))
         graphs.foreign("at::native::clamp_scalar_kernel", (4, struct.pack("<i", N)), (24, os.urandom(24)),
                        (16, struct.pack("<QQ", out.data_ptr(), x.data_ptr())))  # fmt: skip
         return out
@@ -193,10 +193,11 @@ def test_padding_equal_in_base_and_control_is_confirmed_before_it_costs(graphs, 
     def step(x, lr=0.5):
         if graphs._capturing is not None:
             captures[0] += 1
-        out = torch.empty(N)
-        padding = 0 if captures[0] <= 2 else 0x5EED0000 + captures[0]  # the base's and control's alike
+        out = graphs.pool(torch.empty(N))
+        # the base's and control's alike; every byte another on each later capture
+        padding = bytes(8) if captures[0] <= 2 else bytes((37 * captures[0] + 11 * j) % 256 for j in range(8))
         graphs.foreign("at::native::vectorized_elementwise_kernel<4, clamp_scalar>", (4, struct.pack("<i", N)),
-                       (4, struct.pack("<f", lr)), (24, struct.pack("<fxxxxQQ", 0.0, 0, padding)),
+                       (4, struct.pack("<f", lr)), (24, struct.pack("<fxxxxQ", 0.0, 0) + padding),
                        (16, struct.pack("<QQ", out.data_ptr(), x.data_ptr())))  # fmt: skip
         return out
 

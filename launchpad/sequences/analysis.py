@@ -1,33 +1,37 @@
-"""Where a recorded sequence's inputs and outputs go, from captures compared word by word.
+"""Where a recorded sequence's inputs go, from allocation facts and captures compared byte by byte.
 
 :func:`launchpad.record` captures the function with the real inputs (the base), once more with
-the same inputs (the control), and once per input with that input alone probed
-(:mod:`launchpad.sequences.capture`). Every parameter of every node is compared across them, a
-parameter of 8 bytes or less whole, a larger one (a struct by value, such as torch's
-``Array<char*, N>`` of pointers or a reduction's config) 8 bytes at a time:
+the same inputs (the control: only the graph's own memory moves), and once per input with that
+input alone probed (:mod:`launchpad.sequences.capture`). Every parameter of every node is compared
+across them, a parameter of 8 bytes or less whole, a larger one (a struct by value, such as
+torch's ``Array<char*, N>`` of pointers or a reduction's config) 8 bytes at a time:
 
-- unchanged everywhere: a constant of the graph;
-- changed in the control: the graph's own memory (an intermediate, an output), which moves with
-  every capture. Where such a word is not a device pointer in both captures, some node holds the
-  graph's addresses in a form launchpad cannot follow (a TMA descriptor, say);
-- changed in one input's probe only: that input. A tensor's pointer counts only where it moved by
-  exactly the tensor's own move, at an offset inside the tensor; a scalar only where its bytes are
-  the value's encoding in both captures (a launchpad kernel's type, or for another kernel a width
-  and format that fits both). Anything else that changed with the input cannot be followed: a
-  tensor is then copied into a buffer of the sequence's own before each replay, a scalar refused;
-- changed in several inputs' probes: a value computed from several inputs, refused.
+- a word that points into the graph's own memory is known by the allocation it points into (the
+  ``k``-th allocation of the capture, :mod:`launchpad.sequences.allocations`): where the base and
+  another capture point into the same allocation at the same offset, the word is that
+  allocation's, whatever its address;
+- any other byte that differs between the base and the control varies without the inputs
+  (uninitialized padding in torch's functors): masked, in that region only;
+- a byte that differs between the base and one input's probe, masked bytes aside, belongs to that
+  input, and must be explained: a tensor's pointer that moved by exactly the tensor's own move, at
+  an offset inside it (its end included); a scalar's encoding at a place inside the region that
+  holds every such byte (a launchpad kernel's type; for another kernel a width and format that fits
+  both captures, such as the float after the padding of torch's ``x * lr`` functor). Before such a
+  byte costs a copy or a refusal, the probe is captured once more: a byte that differs between the
+  two captures of the same values is masked too. What stays unexplained is never dropped: a tensor
+  is then copied into a buffer of the sequence's own before each replay (all the tensors the bytes
+  changed with), a scalar refused.
 
-Before a changed word costs a copy or a refusal, it is confirmed: the input's probe is captured
-again, and a word that differs between the two captures of the same values is no function of the
-inputs but bytes that vary alone (uninitialized padding in torch's functors that happened to
-match between the base and the control): left as recorded, as a word that changed in the control.
+A Triton kernel specializes on an int's divisibility by 16: an int input that is a multiple of 16
+is captured once more with a value that is not (:func:`launchpad.sequences.capture.residue_probe`),
+and where that launches other kernels, every replay's value must be a multiple of 16 too.
 
-Outputs (what the function returns) are found the same way, by :mod:`launchpad.sequences.outputs`.
+Outputs (what the function returns) are found in the capture that runs, by
+:mod:`launchpad.sequences.outputs`.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +43,9 @@ from ..errors import RecordError
 from ..launch.executor import SK_INT, SK_POINTER, SK_UINT, slot_kind
 from .capture import MEMCPY_FIELDS, Capture, Node
 from .scalars import FOREIGN_KINDS, scalar_bytes
+from .structure import compare_child, refuse_opaque, same_structure
 
-__all__ = ["InputPlan", "Leaf", "Plan", "Storage", "Use", "analyze", "same_structure"]
+__all__ = ["InputPlan", "Leaf", "Plan", "Storage", "Use", "analyze", "referenced", "same_word"]
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,8 @@ class InputPlan:
     name: str
     uses: list[Use] = field(default_factory=list)
     copy: str = ""  # why a replay copies this input into the sequence's own buffer ("": re-pointed)
-    writes: bool = False  # the function writes it: copied back after a replay (copies only)
+    writes: bool = False  # copied back after a replay too (every copied input is: see sequence.py)
+    multiple_of: int = 0  # an int the recorded kernels were specialized for as a multiple of this
 
 
 @dataclass
@@ -76,6 +82,7 @@ class Storage:
     nbytes: int
     uses: list[Use] = field(default_factory=list)
     copy: str = ""
+    estimate: int = 0  # words of the analysed capture that pointed into it (the uses it will likely have)
 
 
 @dataclass
@@ -99,67 +106,215 @@ class Plan:
     template: Any = None  # the function's result with each tensor replaced by its leaf's index
     leaves: list[Leaf] = field(default_factory=list)
     storages: list[Storage] = field(default_factory=list)
-    encoded: list[tuple[int, int]] = field(default_factory=list)  # words that vary alone: no pointers
 
 
 def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
             probed: dict[str, Any], is_device_pointer: Callable[[int], bool],
-            again: Callable[[str], Capture] | None = None) -> Plan:  # fmt: skip
-    """The plan of a sequence (see the module documentation); raises :class:`RecordError` for what
-    cannot be replayed. ``again(name)`` captures input ``name``'s probe once more (to confirm a
-    word before it costs a copy or a refusal); without it every changed word is taken as it is."""
-
-    def varies_alone(i: int, offset: int, size: int, names: list[str]) -> bool:
-        if again is None:
-            return False
-        return any(_bytes(again(n).nodes[i], offset, size) != _bytes(probes[n].nodes[i], offset, size) for n in names)
-
+            again: Callable[[str], Capture] | None = None,
+            fars: dict[str, tuple[Any, Capture]] | None = None) -> Plan:  # fmt: skip
+    """The inputs' part of a sequence's plan (see the module documentation); raises
+    :class:`RecordError` for what cannot be replayed. ``again(name)`` captures input ``name``'s
+    probe once more (to mask bytes that vary alone before a byte costs a copy or a refusal); ``fars``
+    holds each scalar's far probe (its value and capture), a third value its encoding must fit."""
+    fars = fars or {}
     same_structure("", base.nodes, control.nodes)
-    for name, capture in probes.items():
-        same_structure(name, base.nodes, capture.nodes)
-    _refuse_opaque(base.nodes, values)
+    for name, c in probes.items():
+        same_structure(name, base.nodes, c.nodes)
+    refuse_opaque(base.nodes, values)
     inputs = {name: InputPlan(name) for name in values}
-    encoded: list[tuple[int, int]] = []  # (node, offset) of words that vary between captures but are no pointers
     for i, node in enumerate(base.nodes):
         if node.kind == "graph":
-            _compare_child(i, node, control.nodes[i], probes)
+            compare_child(i, node, control.nodes[i], probes)
             continue
         for offset, size, param in _regions(node):
             here = _bytes(node, offset, size)
             if here is None:
                 continue
-            if _bytes(control.nodes[i], offset, size) != here:  # the graph's own memory, or bytes that vary alone
-                if size == 8 and not _pool_pointer(here, _bytes(control.nodes[i], offset, size), is_device_pointer):
-                    encoded.append((i, offset))  # (uninitialized padding, or an address in another form)
-                continue
-            moved = [name for name, c in probes.items() if _bytes(c.nodes[i], offset, size) != here]
-            if len(moved) > 1 and varies_alone(i, offset, size, moved):
-                if size == 8:
-                    encoded.append((i, offset))
-                continue
-            if len(moved) > 1:
-                raise RecordError(
-                    f"{node.describe(i)}, {_label(node, offset, size, param)} changes with inputs "
-                    f"{' and '.join(map(repr, moved))}: a value computed from several inputs (such as max(m, n)) "
-                    "cannot follow them; make it an input of its own"
-                )
+            pooled = here != _bytes(control.nodes[i], offset, size) and same_word(base, control, i, offset, size,
+                                                                                  is_device_pointer)  # fmt: skip
+            noise = 0 if pooled else _differ(here, _bytes(control.nodes[i], offset, size))
+            moved = {}
+            for name, c in probes.items():
+                if pooled:  # the graph's own memory: the probe's word must be the same allocation's
+                    if not same_word(base, c, i, offset, size, is_device_pointer):
+                        moved[name] = (1 << size) - 1
+                elif changed := _differ(here, _bytes(c.nodes[i], offset, size)) & ~noise:
+                    moved[name] = changed
             if moved:
-                name = moved[0]
-                there = _bytes(probes[name].nodes[i], offset, size)
-                if not _follow(inputs[name], i, node, offset, size, param, here, there, values[name], probed[name],
-                               functools.partial(varies_alone, i, offset, size, [name])):  # fmt: skip
-                    if size == 8:
-                        encoded.append((i, offset))  # bytes that vary alone, as those changed in the control
+                _attribute(
+                    inputs, moved, i, node, offset, size, param, here, noise, values, probed, probes, again, fars
+                )
         if node.kind == "kernel" and node.block is None:
             _unreadable(i, node, inputs, values)
-    plan = Plan(base.nodes, inputs, encoded=encoded)
     for name, p in inputs.items():
         if not p.uses and not p.copy:
             raise RecordError(
                 f"sequence input {name!r} reaches no launch launchpad can find in the recording: pass it to the "
                 "kernels directly (not a value computed from it), or leave it out"
             )
-    return plan
+    return Plan(base.nodes, inputs)
+
+
+def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_pointer: Callable[[int], bool]) -> bool:
+    """Whether node ``i``'s word at ``offset`` points, in captures ``a`` and ``b``, into the same
+    allocation of each (the ``k``-th) at the same offset: the same value of the graph's own memory,
+    as an address or shifted right by 4 bits with flags above it (cuBLAS's kernels hold some so).
+    Without allocation facts, whether both are device pointers (the weaker test that is all there is)."""
+    x, y = _bytes(a.nodes[i], offset, size), _bytes(b.nodes[i], offset, size)
+    if size != 8 or x is None or y is None:
+        return False
+    p, q = int.from_bytes(x, "little"), int.from_bytes(y, "little")
+    if a.allocations is None or b.allocations is None:
+        return is_device_pointer(p) and is_device_pointer(q)
+    found = referenced(a, p)
+    return bool(found[1]) and found == referenced(b, q)
+
+
+def referenced(c: Capture, word: int) -> tuple[int, tuple[tuple[int, int], ...], int]:
+    """What allocations of capture ``c`` an 8-byte word refers to: ``(shift, ((k, offset), ...),
+    flags)`` for the address it holds (shift 0) or holds shifted right by 4 with 4 bits of flags
+    above it; no allocations where it holds neither."""
+    assert c.allocations is not None
+    for shift in (0, 4):
+        address = (word << shift) & ((1 << 64) - 1)
+        found = c.allocations.containing(address)
+        if found:
+            return shift, found, word >> (64 - shift) if shift else 0
+    return 0, (), 0
+
+
+def _fits(candidate: tuple[int, int, int], seen: list[tuple[Any, bytes, int]], noise: int) -> bool:
+    """Whether a scalar of this kind at this place (``(sub, width, kind)``) gave the bytes of every
+    capture seen (``(value, bytes, bytes it changed)``), holds every byte they changed, and no byte
+    that varies alone."""
+    sub, width, kind = candidate
+    span = ((1 << width) - 1) << sub
+    if noise & span or any(changed & ~span for _, _, changed in seen):
+        return False
+    try:
+        return all(scalar_bytes(kind, width, value) == data[sub : sub + width] for value, data, _ in seen)
+    except (TypeError, ValueError):
+        return False
+
+
+def _differ(a: bytes, b: bytes | None) -> int:
+    """The bytes that differ, as a mask (bit ``j``: byte ``j``)."""
+    if b is None:
+        return (1 << len(a)) - 1
+    return sum(1 << j for j in range(len(a)) if a[j] != b[j])
+
+
+def _attribute(inputs: dict[str, InputPlan], moved: dict[str, int], i: int, node: Node, offset: int, size: int,
+               param: Param | None, here: bytes, noise: int, values: dict[str, Any], probed: dict[str, Any],
+               probes: dict[str, Capture], again: Callable[[str], Capture] | None,
+               fars: dict[str, tuple[Any, Capture]]) -> None:  # fmt: skip
+    """Explain every byte of a region that changed with inputs (``moved``: name -> mask), or copy
+    the tensors and refuse the scalars it changed with."""
+    label = _label(node, offset, size, param)
+    claimed = 0
+    unexplained = []
+    for name, mask in moved.items():
+        there = _bytes(probes[name].nodes[i], offset, size)
+        use = _explain(
+            i, node, offset, size, param, label, here, there, noise, mask, values[name], probed[name], fars.get(name)
+        )
+        if use is None and again is not None:  # bytes that vary alone between two captures of the same values
+            mask &= ~_differ(there or b"", _bytes(again(name).nodes[i], offset, size))
+            if not mask:
+                continue
+            use = _explain(
+                i,
+                node,
+                offset,
+                size,
+                param,
+                label,
+                here,
+                there,
+                noise,
+                mask,
+                values[name],
+                probed[name],
+                fars.get(name),
+            )
+        if use is None:
+            unexplained.append(name)
+            continue
+        span = ((1 << use.size) - 1) << (use.offset - offset)
+        if claimed & span:
+            unexplained.append(name)
+            continue
+        claimed |= span
+        _refuse_nccl(name, i, node)
+        inputs[name].uses.append(use)
+    for name in unexplained:
+        if isinstance(values[name], torch.Tensor):
+            _refuse_nccl(name, i, node)
+            inputs[name].copy = (
+                inputs[name].copy or f"{node.describe(i)} holds it in a form launchpad cannot re-point ({label})"
+            )
+            continue
+        if len(moved) > 1:
+            raise RecordError(
+                f"{node.describe(i)}, {label} changes with inputs {' and '.join(map(repr, moved))}: a value computed "
+                "from several inputs (such as max(m, n)) cannot follow them; make it an input of its own"
+            )
+        raise RecordError(
+            f"sequence input {name!r}: {node.describe(i)}, {label} changes with it but is not it (a value computed "
+            "from an input, such as lr * 2 or 1 - beta, or a width launchpad cannot tell): make that value an input "
+            "of its own, or pass the input as a 0-d CUDA tensor"
+        )
+
+
+def _explain(i: int, node: Node, offset: int, size: int, param: Param | None, label: str, here: bytes,
+             there: bytes | None, noise: int, mask: int, old: Any, new: Any,
+             far: tuple[Any, Capture] | None = None) -> Use | None:  # fmt: skip
+    """The use of one input that accounts for every byte in ``mask``, or None. A scalar's encoding
+    must hold in the base, the probe and the far probe's capture (``far``: its value and capture)
+    alike; where it fits several widths the narrowest is taken, unsigned (the values all agree on)."""
+    if there is None:
+        return None
+    if isinstance(old, torch.Tensor):
+        if size != 8:
+            return None
+        delta = int.from_bytes(here, "little") - old.data_ptr()
+        if 0 <= delta <= _span(old) and int.from_bytes(there, "little") - new.data_ptr() == delta:
+            return Use(i, offset, 8, SK_POINTER, label, param, delta, _align(node, param, here))
+        return None
+    if param is not None:  # launchpad's kernel: its parameter's type, as a launch packs it
+        if param.size != size or not _takes(param.kind, old):
+            return None
+        tries = [[(0, size, slot_kind(param))]]
+    elif node.kind == "kernel":  # a parameter of its own, else a field of a struct by value (torch's functors)
+        whole = [(0, size, kind) for kind in FOREIGN_KINDS.get(size, ()) if _takes_kind(kind, old)]
+        fields = [(sub, width, kind) for width in (8, 4, 2, 1) for sub in range(0, size - width + 1, width)
+                  for kind in FOREIGN_KINDS.get(width, ()) if _takes_kind(kind, old)]  # fmt: skip
+        tries = [whole, fields] if _whole_param(node, offset, size) else [fields]
+    else:
+        return None
+    seen = [(old, here, 0), (new, there, mask)]  # each value, the bytes it gave, the bytes it changed
+    if far is not None and (data := _bytes(far[1].nodes[i], offset, size)) is not None:
+        seen.append((far[0], data, _differ(here, data) & ~noise))
+    found: list[tuple[int, int, int]] = []
+    for candidates in tries:
+        found = [c for c in candidates if _fits(c, seen, noise)]
+        if found:
+            break
+    if not found:
+        return None
+    sub, width, kind = min(found, key=lambda f: f[1])
+    if len({f[:2] for f in found}) > 1:
+        if isinstance(old, float):  # float formats of several widths fit every value seen: which is it?
+            return None
+        # An int of several widths fits (a wider one's upper bytes are zero): the values all of them
+        # agree on, 0 <= value < 2**(8 * width), are all a replay may write.
+        kind = SK_UINT
+    where = label if (sub, width) == (0, size) else f"{label} (bytes {sub}-{sub + width - 1} of it)"
+    if param is None:
+        return Use(i, offset + sub, width, kind, where)
+    arg = next((a for a in node.spec.args if a.kind == "param" and a.param == param.index), None)
+    return Use(i, offset, size, kind, label, param, multiple_of=arg.multiple_of if arg else 0,
+               wrap=bool(arg and arg.options.get("wrap")))  # fmt: skip
 
 
 # --- regions: what is compared ----------------------------------------------------------------
@@ -207,69 +362,7 @@ def _label(node: Node, offset: int, size: int, param: Param | None) -> str:
     return f"param {index}" if whole else f"param {index}, bytes {offset - start}-{offset - start + size - 1}"
 
 
-def _pool_pointer(a: bytes, b: bytes | None, is_device_pointer: Callable[[int], bool]) -> bool:
-    return b is not None and len(a) == 8 and all(is_device_pointer(int.from_bytes(x, "little")) for x in (a, b))
-
-
 # --- inputs ----------------------------------------------------------------------------------
-
-
-def _follow(p: InputPlan, i: int, node: Node, offset: int, size: int, param: Param | None, here: bytes,
-            there: bytes | None, old: Any, new: Any, varies_alone: Callable[[], bool]) -> bool:  # fmt: skip
-    """A region that changed with one input: a use of it, a reason to copy it, or a refusal; False
-    (nothing done) where a second capture shows the region varies alone."""
-    label = _label(node, offset, size, param)
-    if isinstance(old, torch.Tensor):
-        if size == 8 and there is not None:
-            delta = int.from_bytes(here, "little") - old.data_ptr()
-            if 0 <= delta < max(_span(old), 1) and int.from_bytes(there, "little") - new.data_ptr() == delta:
-                _refuse_nccl(p.name, i, node)
-                p.uses.append(Use(i, offset, 8, SK_POINTER, label, param, delta, _align(node, param, here)))
-                return True
-        if varies_alone():
-            return False
-        _refuse_nccl(p.name, i, node)
-        p.copy = p.copy or f"{node.describe(i)} holds it in a form launchpad cannot re-point ({label})"
-        return True
-    use = _scalar_use(i, node, offset, size, param, label, here, there, old, new)
-    if use is None and varies_alone():
-        return False
-    if use is None:
-        raise RecordError(
-            f"sequence input {p.name!r}: {node.describe(i)}, {label} changes with it but is not it (a value computed "
-            "from an input, such as lr * 2, or a width launchpad cannot tell): make that value an input of its own, "
-            "or pass the input as a 0-d CUDA tensor"
-        )
-    _refuse_nccl(p.name, i, node)
-    p.uses.append(use)
-    return True
-
-
-def _scalar_use(i: int, node: Node, offset: int, size: int, param: Param | None, label: str, here: bytes,
-                there: bytes | None, old: Any, new: Any) -> Use | None:  # fmt: skip
-    if there is None:
-        return None
-    if param is not None:  # launchpad's kernel: its parameter's type, as a launch packs it
-        if param.size != size or not _takes(param.kind, old):
-            return None
-        kinds = [slot_kind(param)]
-    elif node.kind == "kernel" and _whole_param(node, offset, size):
-        kinds = [k for k in FOREIGN_KINDS.get(size, ()) if _takes_kind(k, old)]
-    else:
-        return None
-    for kind in kinds:
-        try:
-            if scalar_bytes(kind, size, old) == here and scalar_bytes(kind, size, new) == there:
-                break
-        except (TypeError, ValueError):
-            continue
-    else:
-        return None
-    if param is None:
-        return Use(i, offset, size, kind, label)
-    arg = next((a for a in node.spec.args if a.kind == "param" and a.param == param.index), None)
-    return Use(i, offset, size, kind, label, param, multiple_of=arg.multiple_of if arg else 0,
-               wrap=bool(arg and arg.options.get("wrap")))  # fmt: skip
 
 
 def _takes(param_kind: str, value: Any) -> bool:
@@ -327,59 +420,3 @@ def _unreadable(i: int, node: Node, inputs: dict[str, InputPlan], values: dict[s
                 f"sequence input {name!r} may reach {node.describe(i)}, whose parameters the driver cannot list "
                 "(a driver older than CUDA 12.4?): bind it, or pass it as a 0-d CUDA tensor"
             )
-
-
-def _refuse_opaque(nodes: list[Node], values: dict[str, Any]) -> None:
-    """Host and conditional nodes: launchpad cannot see what they read."""
-    for i, node in enumerate(nodes):
-        if node.kind in ("host", "conditional") and values:
-            raise RecordError(
-                f"the function's graph has {node.describe(i)}, which launchpad cannot look into: an input read "
-                f"there would replay stale. Keep {node.kind} work outside the recorded function"
-            )
-
-
-def _compare_child(i: int, node: Node, control: Node, probes: dict[str, Capture]) -> None:
-    """A child graph: no input may reach into it (its nodes are not updated)."""
-    for name, capture in probes.items():
-        if _flat(capture.nodes[i]) != _flat(node) and _flat(control) == _flat(node):
-            raise RecordError(
-                f"sequence input {name!r} is read inside a child graph ({node.describe(i)}), whose nodes launchpad "
-                "does not update: launch that work directly in the recorded function"
-            )
-
-
-def _flat(node: Node) -> list:
-    return [(c.kind, c.function, c.block, c.addresses, _flat(c)) for c in node.children]
-
-
-# --- structure -------------------------------------------------------------------------------
-
-
-def same_structure(name: str, base: list[Node], nodes: list[Node]) -> None:
-    """Raise :class:`RecordError` unless a capture with another value of input ``name`` (with the
-    same values: ``name`` is "") launched the same kernels, grids and nodes."""
-
-    def fail(detail: str) -> None:
-        if not name:
-            raise RecordError(
-                f"the function launched different work on two captures with the same inputs ({detail}): it depends on "
-                "something besides its inputs (a random choice, a counter), which a recording cannot follow"
-            )
-        raise RecordError(
-            f"sequence input {name!r} decides what the function launches ({detail}); a sequence input may only "
-            "change values its launches read. Leave it out of the inputs (it then stays at its recorded value), or "
-            "record one sequence per value"
-        )
-
-    if len(base) != len(nodes):
-        fail(f"{len(base)} graph nodes with the recorded value, {len(nodes)} with another")
-    for i, (a, b) in enumerate(zip(base, nodes)):
-        if a.kind != b.kind:
-            fail(f"node {i} is a {a.kind} with the recorded value, a {b.kind} with another")
-        if a.kind == "kernel" and (a.function, a.grid, a.block_dim, a.shared_mem) != (b.function, b.grid, b.block_dim,
-                                                                                     b.shared_mem):  # fmt: skip
-            what = "another kernel" if a.function != b.function else f"grid {b.grid}, block {b.block_dim}"
-            fail(f"{a.describe(i)} has grid {a.grid}, block {a.block_dim}; with another value, {what}")
-        if a.kind == "graph":
-            same_structure(name, a.children, b.children)

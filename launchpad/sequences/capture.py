@@ -13,7 +13,8 @@ snapshots of their own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +22,21 @@ import torch
 
 from ..core import driver as _driver
 from ..core import loader as _loader
+from ..errors import LaunchpadError, RecordError
+from .allocations import Blocks, History
 
-__all__ = ["MEMCPY_FIELDS", "Capture", "Node", "capture", "far_probe", "probe", "snapshot"]
+__all__ = [
+    "MEMCPY_FIELDS",
+    "Capture",
+    "Node",
+    "capture",
+    "failure",
+    "far_probe",
+    "probe",
+    "recover",
+    "residue_probe",
+    "snapshot",
+]
 
 #: Where a memcpy node's device addresses sit in its ``CUDA_MEMCPY3D`` (``srcDevice``,
 #: ``dstDevice``), and a memset's in its ``CUDA_MEMSET_NODE_PARAMS`` (``dst``): the offsets a
@@ -70,21 +84,66 @@ class Node:
 @dataclass
 class Capture:
     """One capture: torch's graph (its private memory pool holds what the function allocated), its
-    nodes, and what the function returned."""
+    nodes, what the function returned, and every allocation made meanwhile (None: not known)."""
 
     graph: Any
     nodes: list[Node]
     result: Any
+    allocations: Blocks | None = None
 
 
-def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int] = frozenset()) -> Capture:
-    """Capture ``fn(**values)`` on torch's machinery; snapshot the graph's nodes (those whose
-    function is in ``skip``, launchpad's own, left out)."""
+def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int] = frozenset(), pool: Any = None,
+            relaxed: bool = False, generators: Iterable[Any] = ()) -> Capture:  # fmt: skip
+    """Capture ``fn(**values)`` on torch's machinery (into the memory pool ``pool``, torch's pool
+    handle, where given; in CUDA's relaxed capture mode where ``relaxed``, so that a kernel may
+    compile and load meanwhile; with ``generators`` registered besides torch's default one);
+    snapshot the graph's nodes (those whose function is in ``skip``, launchpad's own, left out)."""
     graph = torch.cuda.CUDAGraph(keep_graph=True)
-    with torch.cuda.graph(graph):
-        result = fn(**values)
+    for generator in generators:
+        graph.register_generator_state(generator)
+    history = History(torch.cuda.current_device())
+    try:
+        with history, torch.cuda.graph(graph, pool=pool, capture_error_mode="relaxed" if relaxed else "global"):
+            result = fn(**values)
+    except LaunchpadError:
+        recover()
+        raise
+    except Exception as exc:
+        recover()
+        raise RecordError(f"the function could not be captured: {failure(exc)}") from exc
     nodes = [snapshot(handle) for handle in _driver.graph_nodes(int(graph.raw_cuda_graph()))]
-    return Capture(graph, [n for n in nodes if n.function not in skip], result)
+    blocks = Blocks(history.blocks) if history.blocks is not None else None
+    return Capture(graph, [n for n in nodes if n.function not in skip], result, blocks)
+
+
+def recover() -> None:
+    """After a failed capture: an empty capture takes torch's generators out of the capture state
+    the failure left them in (else every later random draw raises "Offset increment outside graph
+    capture"), and the device is synchronized (a capture that failed may have left work queued)."""
+    try:
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            pass
+        torch.cuda.synchronize()
+    except Exception:  # nothing more to mend: the original error says what went wrong
+        pass
+
+
+def failure(exc: BaseException) -> str:
+    """An exception raised inside a capture, as a refusal words it: the first line of each error in
+    its chain (a failed capture's own error comes first, what the function did that broke it after)
+    and the user's line that raised it (the innermost frame outside torch and launchpad)."""
+    errors: list[str] = []
+    where = ""
+    seen: BaseException | None = exc
+    while seen is not None and len(errors) < 3:
+        text = str(seen).strip()
+        errors.append(f"{type(seen).__name__}: {text.splitlines()[0] if text else ''}")
+        frames = [f for f in traceback.extract_tb(seen.__traceback__) if "/torch/" not in f.filename and
+                  "/launchpad/" not in f.filename]  # fmt: skip
+        if frames:
+            where = f" at {frames[-1].filename}:{frames[-1].lineno} ({(frames[-1].line or '').strip()})"
+        seen = seen.__cause__ or seen.__context__
+    return f"{'; after '.join(errors)}{where}"
 
 
 def snapshot(handle: int) -> Node:
@@ -157,3 +216,15 @@ def far_probe(value: Any) -> Any:
         far = value + (1 << 20)
         return far if _int_width(far) == _int_width(value) else value - (1 << 20)
     return float(value) * 1e6 + 1e6
+
+
+def residue_probe(value: Any) -> Any:
+    """For an int that is a multiple of 16, a value near it that is not (never 1, the same width):
+    Triton specializes a kernel on an int's divisibility by 16, so a capture with it launches other
+    kernels where the recording's were compiled assuming a multiple of 16. None for any other value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value % 16:
+        return None
+    for candidate in (value + 1, value - 1, value + 3):
+        if candidate != 1 and (candidate < 0) == (value < 0) and _int_width(candidate) == _int_width(value):
+            return candidate
+    return None

@@ -1,14 +1,26 @@
 """What a recorded function returns, and how each replay gives it new memory.
 
 The function's result (tensors, alone or in tuples, lists and dicts, and None) is flattened into
-leaves. A tensor in memory the function allocated (the graph's own: it moves between captures)
-is a :class:`~launchpad.sequences.analysis.Storage`: every word of every node that points into it in
-the base capture must point at the same offset into it in every other capture, and a replay then
-re-points those words at new memory from torch's caching allocator. Where one does not follow it,
-or some node holds the graph's addresses in a form launchpad cannot read, the output is copied
-into the new memory by a copy node at the graph's end instead. A tensor that is an input (or a
-view of one) is returned as the replay's input; memory the function was given (a bound buffer)
-as itself.
+leaves (:func:`classify`). A tensor that an input's probe moved exactly as it moved the input is
+that input's (a view of it, of any dtype: returned as the replay's input); one at the same
+address in the control is memory the function was given (a bound buffer: returned as itself);
+any other lives in memory the function allocated, the graph's own, a
+:class:`~launchpad.sequences.analysis.Storage`.
+
+Each storage is followed in the capture that runs (:func:`storages`), by allocation facts: the
+allocation that starts at the storage's address in that capture, and the allocation at the same
+position in the control. Its words are re-pointed at new memory each replay only where every one
+of these holds; otherwise a copy node at the graph's end copies the output into the new memory:
+
+- no other allocation of the capture ever held any of its addresses (a freed temporary that sat
+  there would make an address inside it mean either);
+- every word of every node that points into it points, in the control, into the same allocation
+  at the same offset;
+- no node holds the graph's addresses in a form launchpad cannot read: bytes that differ between
+  the capture and the control are either a word of the graph's own memory, or bytes that also
+  differ between the capture and its twin (a capture of the same values into the same pool, whose
+  every allocation is verified to sit at the same address: bytes that differ there vary alone);
+- every kernel's parameters could be read, and no child graph may write it.
 """
 
 from __future__ import annotations
@@ -20,10 +32,10 @@ import torch
 
 from ..errors import RecordError
 from ..launch.executor import SK_POINTER
-from .analysis import Leaf, Plan, Storage, Use, _bytes, _label, _regions
-from .capture import Capture, Node
+from .analysis import Leaf, Plan, Storage, Use, _bytes, _differ, _label, _regions, referenced, same_word
+from .capture import Capture
 
-__all__ = ["Index", "find_outputs", "flatten"]
+__all__ = ["Index", "classify", "flatten", "storages"]
 
 
 def flatten(result: Any, path: str = "the result") -> tuple[Any, list[Any]]:
@@ -56,77 +68,138 @@ class Index:
     index: int
 
 
-def find_outputs(plan: Plan, base: Capture, control: Capture, probes: dict[str, Capture],
-                 values: dict[str, Any]) -> None:  # fmt: skip
-    """Fill ``plan``'s template, leaves and storages from the captures' results."""
-    encoded = plan.encoded
+def classify(plan: Plan, base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
+             probed: dict[str, Any]) -> list[int]:  # fmt: skip
+    """Fill ``plan``'s template, leaves and storages (each storage's size) from the analysed
+    captures' results; return, for each storage, the index of its first leaf."""
     plan.template, tensors = flatten(base.result)
-    others = [control, *probes.values()]
-    other_leaves = [flatten(c.result)[1] for c in others]
-    if any(len(leaves) != len(tensors) for leaves in other_leaves):
+    elsewhere = {name: flatten(c.result)[1] for name, c in probes.items()}
+    in_control = flatten(control.result)[1]
+    if any(len(leaves) != len(tensors) for leaves in [in_control, *elsewhere.values()]):
         raise RecordError("the recorded function returns a different number of tensors on each capture")
-    inputs = {v.untyped_storage().data_ptr(): (n, v) for n, v in values.items() if isinstance(v, torch.Tensor)}
     storages: dict[int, int] = {}  # storage address in the base -> index in plan.storages
+    firsts: list[int] = []
     for k, t in enumerate(tensors):
-        start = t.untyped_storage().data_ptr()
         shape, stride, dtype = tuple(t.shape), tuple(t.stride()), t.dtype
-        if start in inputs:
-            name, x = inputs[start]
-            offset = (t.data_ptr() - x.data_ptr()) // max(t.element_size(), 1)
+        owners = [
+            name
+            for name, leaves in elsewhere.items()
+            if isinstance(values[name], torch.Tensor)
+            and leaves[k].data_ptr() != t.data_ptr()
+            and leaves[k].data_ptr() - probed[name].data_ptr() == t.data_ptr() - values[name].data_ptr()
+        ]
+        if owners:  # (a probe moves its input alone: one owner at most)
+            name, x = owners[0], values[owners[0]]
+            offset = t.data_ptr() - x.data_ptr()
+            if offset < 0 or offset + _span(t) > _span(x):
+                raise RecordError(
+                    f"the recorded function returns {_where(k)}, memory of input {name!r} outside the tensor itself "
+                    "(its base or a neighbour): a replay cannot know that memory of a new input; return a view inside it"
+                )
             plan.leaves.append(Leaf("input", shape, stride, offset, dtype, input=name))
             continue
-        if start == other_leaves[0][k].untyped_storage().data_ptr():  # the same memory in the control: not the graph's
+        start = t.untyped_storage().data_ptr()
+        if start == in_control[k].untyped_storage().data_ptr():  # the same memory in the control: not the graph's
             plan.leaves.append(Leaf("static", shape, stride, t.storage_offset(), dtype, tensor=t))
             continue
         if start not in storages:
             storages[start] = len(plan.storages)
-            plan.storages.append(_storage(plan.nodes, t, [ls[k] for ls in other_leaves], others, encoded))
+            plan.storages.append(Storage(t.untyped_storage().nbytes()))
+            firsts.append(k)
         plan.leaves.append(Leaf("storage", shape, stride, t.storage_offset(), dtype, storages[start]))
+    for start, k in storages.items():
+        end = start + plan.storages[k].nbytes
+        plan.storages[k].estimate = sum(
+            1
+            for node in base.nodes
+            for offset, size, _ in _regions(node)
+            if size == 8 and start <= int.from_bytes(_bytes(node, offset, 8) or bytes(8), "little") <= end
+        )
+    return firsts
 
 
-def _encodes(nodes: list[Node], i: int, offset: int, start: int, others: list[Capture], starts: list[int]) -> bool:
-    """Whether a word that varies between captures (and is no pointer) moves as this allocation does:
-    by its move, or its move shifted right by 4 (a 16-byte-aligned address stored in fewer bits)."""
-    base = int.from_bytes(_bytes(nodes[i], offset, 8) or b"", "little")
-    for c, s in zip(others, starts):
-        word = _bytes(c.nodes[i], offset, 8)
-        moved = (int.from_bytes(word or b"", "little") - base) % (1 << 64)
-        shift = (s - start) % (1 << 64)
-        if moved not in (shift, ((s >> 4) - (start >> 4)) % (1 << 64)) or moved == 0:
-            return False
-    return bool(others)
+def storages(plan: Plan, firsts: list[int], final: Capture, control: Capture, twin: Capture | None,
+             copied: set[int], is_device_pointer: Any) -> None:  # fmt: skip
+    """Follow each storage of ``plan`` not in ``copied`` in ``final``, the capture that runs (see the
+    module documentation): its uses there, or why it is copied. ``control`` is a capture of the
+    same function and values in another pool, ``twin`` one in the same pool as ``final``."""
+    nodes = final.nodes
+    leaves, in_control = flatten(final.result)[1], flatten(control.result)[1]
+    if len(leaves) != len(plan.leaves) or len(in_control) != len(plan.leaves):
+        raise RecordError("the recorded function returns a different number of tensors on each capture")
+    hidden = _hidden(final, control, twin, is_device_pointer)
+    for k, storage in enumerate(plan.storages):
+        if k in copied:
+            continue
+        storage.uses, storage.copy = [], ""
+        if hidden:
+            storage.copy = hidden
+            continue
+        start = leaves[firsts[k]].untyped_storage().data_ptr()
+        blocks, others = final.allocations, control.allocations
+        assert blocks is not None and others is not None  # (else hidden says why)
+        a = blocks.find(start)
+        if a is None or a != others.find(in_control[firsts[k]].untyped_storage().data_ptr()):
+            storage.copy = "launchpad cannot name the allocation it lives in"
+        elif blocks.shares(a):
+            storage.copy = ("its memory held another allocation earlier in the step (a temporary freed before it was "
+                            "allocated), so an address inside it may mean either")  # fmt: skip
+        else:
+            storage.copy = _follow(storage, a, nodes, final, control, is_device_pointer)
 
 
-def _storage(nodes: list[Node], t: torch.Tensor, elsewhere: list[torch.Tensor], others: list[Capture],
-             encoded: list[tuple[int, int]]) -> Storage:  # fmt: skip
-    """How a replay gives a returned allocation new memory: the words that point into it."""
-    start, nbytes = t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()
-    storage = Storage(nbytes)
-    starts = [e.untyped_storage().data_ptr() for e in elsewhere]
+def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capture, is_device_pointer: Any) -> str:
+    """Every word that points into allocation ``a`` as a use of the storage; why not, where one fails."""
+    assert final.allocations is not None
     for i, node in enumerate(nodes):
         for offset, size, param in _regions(node):
             here = _bytes(node, offset, size)
             if size != 8 or here is None:
                 continue
-            delta = int.from_bytes(here, "little") - start
-            if not 0 <= delta < nbytes:
+            shift, found, _ = referenced(final, int.from_bytes(here, "little"))
+            if not any(k == a for k, _ in found):
                 continue
             label = _label(node, offset, size, param)
-            if any(_bytes(c.nodes[i], offset, 8) != (s + delta).to_bytes(8, "little") for c, s in zip(others, starts)):
-                storage.copy = f"{node.describe(i)}, {label} points into it but does not follow it"
-                return storage
+            if shift:
+                return f"{node.describe(i)}, {label} holds its address in another form (shifted)"
+            if len(found) > 1 or not same_word(final, control, i, offset, size, is_device_pointer):
+                return f"{node.describe(i)}, {label} points into it but does not follow it"
             if node.kind == "kernel" and "nccl" in node.name.lower():
-                storage.copy = f"NCCL's kernel {node.name!r} (node {i}) writes it"
-                return storage
-            storage.uses.append(Use(i, offset, 8, SK_POINTER, label, param, delta))
-    unreadable = [n.describe(i) for i, n in enumerate(nodes) if n.kind == "kernel" and n.block is None]
-    encoding = next((f"{nodes[i].describe(i)}, {_label(nodes[i], o, 8, None)}" for i, o in encoded
-                     if _encodes(nodes, i, o, start, others, starts)), None)  # fmt: skip
-    if encoding or unreadable:
-        storage.copy = f"{encoding} holds its address in another form" if encoding else \
-            f"{unreadable[0]} may hold its address in a form launchpad cannot read"  # fmt: skip
-    elif not storage.uses:
-        storage.copy = "no node launchpad can see points into it"
-    elif any(n.kind == "graph" for n in nodes):
-        storage.copy = "a child graph may write it"
-    return storage
+                return f"NCCL's kernel {node.name!r} (node {i}) writes it"
+            storage.uses.append(Use(i, offset, 8, SK_POINTER, label, param, found[0][1]))
+    return "" if storage.uses else "no node launchpad can see points into it"
+
+
+def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_pointer: Any) -> str:
+    """Why no output of ``final`` can be re-pointed at all ("": none): a node may hold the graph's
+    addresses where launchpad cannot see them."""
+    if final.allocations is None or control.allocations is None:
+        return "torch's allocation history could not be read (is torch.cuda.memory._record_memory_history on?)"
+    same_pool = twin is not None and twin.allocations is not None and \
+        twin.allocations.blocks == final.allocations.blocks  # fmt: skip
+    for i, node in enumerate(final.nodes):
+        if node.kind == "kernel" and node.block is None:
+            return f"{node.describe(i)} may hold its address in a form launchpad cannot read"
+        if node.kind == "graph":
+            return "a child graph may write it"
+        for offset, size, param in _regions(node):
+            here = _bytes(node, offset, size)
+            changed = _differ(here, _bytes(control.nodes[i], offset, size)) if here is not None else 0
+            if not changed or same_word(final, control, i, offset, size, is_device_pointer):
+                continue
+            if same_pool:  # what differs from the twin too varies alone; the rest follows the graph's addresses
+                changed &= ~_differ(here, _bytes(twin.nodes[i], offset, size))  # type: ignore[union-attr, arg-type]
+            if changed:
+                return (f"{node.describe(i)}, {_label(node, offset, size, param)} changes with the graph's memory but "
+                        "is no address launchpad can follow: it may hold one in another form")  # fmt: skip
+    return ""
+
+
+def _span(t: torch.Tensor) -> int:
+    if t.numel() == 0:
+        return 0
+    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
+
+
+def _where(k: int) -> str:
+    return f"tensor {k} of its result"

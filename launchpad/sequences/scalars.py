@@ -18,7 +18,12 @@ from ..launch.executor import SK_BF16, SK_BOOL, SK_F16, SK_F32, SK_F64, SK_INT, 
 __all__ = ["FOREIGN_KINDS", "kind_name", "scalar_bytes"]
 
 #: The slot kinds a parameter launchpad did not make may hold a scalar as, by its size.
-FOREIGN_KINDS = {2: (SK_F16, SK_BF16), 4: (SK_INT, SK_UINT, SK_F32), 8: (SK_INT, SK_UINT, SK_F64)}
+FOREIGN_KINDS = {
+    1: (SK_BOOL,),
+    2: (SK_INT, SK_UINT, SK_F16, SK_BF16),
+    4: (SK_INT, SK_UINT, SK_F32),
+    8: (SK_INT, SK_UINT, SK_F64),
+}
 _FLOAT_CODES = {SK_F16: "<e", SK_F32: "<f", SK_F64: "<d"}
 _NAMES = {SK_INT: "i", SK_UINT: "u", SK_BOOL: "bool", SK_F16: "fp16", SK_BF16: "bf16", SK_F32: "fp32",
           SK_F64: "fp64", SK_UNTYPED: "untyped"}  # fmt: skip

@@ -11,19 +11,30 @@ comparing captures; :mod:`launchpad.sequences.updates` changes them), launches t
 current stream, and returns what ``fn`` returned, in new memory that no later replay overwrites.
 
 An input a node cannot be re-pointed for is copied into a buffer of the sequence's own by a copy
-node at the graph's start (and back at its end where ``fn`` writes it); an output likewise by a copy
-node at its end. :meth:`Sequence.explain` says which and why. Replays of one sequence from several
-threads are serialized; the sequence holds ``fn`` (and what it binds), the tensors it currently
-points at, the graph and its memory, and the modules of its kernels.
+node at the graph's start (and back at its end); an output likewise by a copy node at its end
+(:mod:`launchpad.sequences.kept` makes and follows the capture that runs).
+:meth:`Sequence.explain` says which and why. Replays of one sequence from several threads are
+serialized.
+
+What a sequence owns, and for how long (all of it until it is collected, when the device is
+synchronized first if it ever launched): ``fn`` and what it binds; the graph, its executable and
+its private memory pool (where the intermediates live; the outputs are new memory each replay);
+the buffers of its copy nodes; the updater's ring; the tensors it currently points at (a tensor
+replaced by a replay is released then); the modules of its kernels. torch's generators are not
+the sequence's: each replay of a step that draws random numbers advances them, as torch's own
+graphs do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import functools
 import inspect
 import threading
+import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -34,20 +45,21 @@ from ..core import driver as _driver
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError, RecordError
 from ..launch import checks as _checks
 from ..launch import executor as _executor
-from ..launch.executor import SK_POINTER
+from . import capture as _capture
 from . import creplay as _creplay
 from . import pyreplay as _pyreplay
 from . import updates as _updates
-from .analysis import Plan, Use, analyze, same_structure
-from .capture import capture, far_probe, probe
-from .outputs import find_outputs, flatten
-from .pyreplay import torch_device
+from .analysis import Plan, Use, analyze
+from .capture import Capture, failure, far_probe, probe, residue_probe
+from .kept import keep
+from .outputs import classify
+from .structure import same_structure
 
 __all__ = ["RecordError", "Sequence", "record"]
 
 
 def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled: bool | None = None,
-           **kwargs: Any) -> Sequence:  # fmt: skip
+           generators: Iterable[torch.Generator] = (), **kwargs: Any) -> Sequence:  # fmt: skip
     """Record the launches of ``fn(*args, **kwargs)`` once; return a :class:`Sequence` that
     replays them with new arguments and returns what ``fn`` returns.
 
@@ -61,64 +73,152 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
         closure. It may return tensors (alone, or in tuples, lists and dicts) and None.
     warmup : bool
         Run ``fn`` once as it is before recording (default), as torch's CUDA graphs ask: kernels
-        load, Triton compiles and autotunes, outside the capture. That run's effects are real.
+        load, Triton compiles and autotunes, outside the capture. That run's effects are real. It
+        runs with torch's sync debug mode set to "error", so that a step that waits for the host
+        (``.item()``, ``.cpu()``, a branch on a tensor's value) is refused before any capture.
     compiled : bool, optional
         Replay through the compiled module (True), the Python replay (False), or the compiled one
         where it is built and not switched off by ``LAUNCHPAD_PYTHON_LAUNCH=1`` (None).
+    generators : iterable of torch.Generator
+        CUDA generators ``fn`` draws from besides torch's default one: registered with the graph,
+        so that each replay advances them as torch's own graphs do.
 
     Raises
     ------
     RecordError
         An input decides what ``fn`` launches (a kernel, grid or node changes with it), a launch
         takes a value computed from an input, an input reaches no launch, or reaches a node that
-        cannot follow it (NCCL's kernels, child graphs, host and conditional nodes).
+        cannot follow it (NCCL's kernels, child graphs, host and conditional nodes), or ``fn``
+        cannot be captured (it synchronizes with the host).
     ArgumentError
         An argument that cannot be an input (a CPU tensor, a tensor on another device, a string).
     """
-    values = _bind(fn, args, kwargs)
+    values, positional, parameters = _bind(fn, args, kwargs)
     device = _checks.device_of_launch(None)
     for name, value in values.items():
         values[name] = _input_value(name, value, device)
-    if warmup:  # (torch's capture synchronizes the device before it starts)
-        fn(**values)
-    base, control = capture(fn, values), capture(fn, values)  # both alive: their memory pools differ
-    probed, probes = {}, {}
+    generators = tuple(generators)
+    rng = _warm_up(fn, values, device) if warmup else True  # (without a warm-up: assume it draws)
+    take = functools.partial(_capture.capture, generators=generators)
+    base = take(fn, values)
+    decoys = [probe(v) for v in values.values() if isinstance(v, torch.Tensor)]  # the allocations a probe makes
+    control = take(fn, values)
+    del decoys
+    probed, probes, fars, multiples = {}, {}, {}, {}
     for name, value in values.items():
         probed[name] = probe(value)
-        probes[name] = capture(fn, {**values, name: probed[name]})
+        probes[name] = take(fn, {**values, name: probed[name]})
         probes[name].graph = None  # its memory goes back: only base and control must stay apart
         far = far_probe(value)
         if far is not None:
             try:
-                nodes = capture(fn, {**values, name: far}).nodes
+                fars[name] = (far, take(fn, {**values, name: far}))
             except LaunchpadError:  # a value its kernels refuse (out of a parameter's range): no test there
-                continue
-            same_structure(name, base.nodes, nodes)
+                pass
+            else:
+                fars[name][1].graph = None
+                same_structure(name, base.nodes, fars[name][1].nodes)
+        if _specialized(take, fn, values, name, base):
+            multiples[name] = 16
     seconds: dict[str, Any] = {}
 
-    def capture_again(name: str) -> Any:  # a probe's second capture, where analyze must confirm a word
+    def capture_again(name: str) -> Any:  # a probe's second capture, where analyze must confirm a byte
         if name not in seconds:
-            seconds[name] = capture(fn, {**values, name: probed[name]})
+            seconds[name] = take(fn, {**values, name: probed[name]})
             seconds[name].graph = None
         return seconds[name]
 
     plan = analyze(base, control, probes, values, probed, lambda a: _driver.pointer_device(a) is not None,
-                   capture_again)  # fmt: skip
-    find_outputs(plan, base, control, probes, values)
-    del control, probes
+                   capture_again, fars)  # fmt: skip
+    for name, multiple in multiples.items():
+        p = plan.inputs[name]
+        p.multiple_of = multiple
+        p.uses = [replace(u, multiple_of=max(u.multiple_of, multiple)) for u in p.uses]
+    firsts = classify(plan, base, control, probes, values, probed)
+    del base, control, probes, fars
     seconds.clear()
-    return Sequence(fn, plan, values, device, compiled)
+    seq = Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators)
+    seq._positional, seq._parameters = positional, parameters
+    return seq
 
 
-def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
+def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, Any], int, tuple[str, ...]]:
+    """The inputs (``fn``'s arguments given, by name, in its order), how many of ``fn``'s leading
+    positional parameters are inputs, and ``fn``'s parameter names."""
     try:
-        bound = inspect.signature(fn).bind(*args, **kwargs)
+        signature = inspect.signature(fn)
+        bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError) as exc:
         raise ArgumentTypeError(f"launchpad.record: {getattr(fn, '__name__', fn)!r} cannot take these "
                                 f"arguments: {exc}") from None  # fmt: skip
-    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in inspect.signature(fn).parameters.values()):
+    parameters = signature.parameters.values()
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
         raise ArgumentTypeError("launchpad.record: the function must name each input (no *args or **kwargs)")
-    return dict(bound.arguments)
+    positional = 0
+    for p in parameters:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name not in bound.arguments:
+            break
+        positional += 1
+    return dict(bound.arguments), positional, tuple(signature.parameters)
+
+
+def _warm_up(fn: Callable[..., Any], values: dict[str, Any], device: int) -> bool:
+    """Run ``fn`` once as it is, with torch's sync debug mode at "error": a step that waits for the
+    host is refused here, before any capture could fail on it. Whether it drew random numbers."""
+    before = _random_offset(device)
+    for attempt in range(2):
+        try:
+            with _no_host_sync():
+                fn(**values)
+            break
+        except RuntimeError as exc:
+            if "synchroniz" not in str(exc):
+                raise
+            if attempt == 0 and _in_triton(exc):  # Triton tunes on first use (it times on the host): tuned now
+                continue
+            raise RecordError(
+                f"the function waits for the host ({failure(exc)}): a CUDA graph cannot capture that. Keep "
+                "host reads (.item(), .cpu(), printing a tensor, a branch on a tensor's value, GradScaler's "
+                "inf check) outside the recorded function"
+            ) from exc
+    return _random_offset(device) != before
+
+
+@contextlib.contextmanager
+def _no_host_sync() -> Iterator[None]:
+    mode = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(mode)
+
+
+def _random_offset(device: int) -> int:
+    """Where torch's default CUDA generator is: a step that draws random numbers moves it."""
+    return int(torch.cuda.default_generators[device].get_offset())
+
+
+def _in_triton(exc: BaseException) -> bool:
+    return any("/triton/" in f.filename for f in traceback.extract_tb(exc.__traceback__))
+
+
+def _specialized(take: Callable[..., Capture], fn: Callable[..., Any], values: dict[str, Any], name: str,
+                 base: Capture) -> bool:  # fmt: skip
+    """Whether an int input that is a multiple of 16 launches other kernels when it is not (Triton's
+    divisibility specialization): then every replay's value must be a multiple of 16 too."""
+    other = residue_probe(values[name])
+    if other is None:
+        return False
+    try:  # (relaxed: a kernel compiled for the other value loads during this capture)
+        nodes = take(fn, {**values, name: other}, relaxed=True).nodes
+    except LaunchpadError:  # refused outright, or it broke the capture: it does not take any value
+        return True
+    try:
+        same_structure(name, base.nodes, nodes)
+    except RecordError:
+        return True
+    return False
 
 
 def _input_value(name: str, value: Any, device: int) -> Any:
@@ -136,16 +236,6 @@ def _input_value(name: str, value: Any, device: int) -> Any:
                             f"{_checks.describe(value)}")  # fmt: skip
 
 
-def _writes(fn: Callable[..., Any], values: dict[str, Any], name: str) -> bool:
-    """Whether ``fn`` writes input ``name``: run once on a copy of it, compared bit for bit."""
-    x = values[name]
-    copy = x.clone()
-    fn(**{**values, name: copy})
-    _driver.synchronize(_checks.current_raw_stream(x.get_device()))
-    return not torch.equal(copy.view(torch.uint8) if copy.is_contiguous() else copy, x.view(torch.uint8) if
-                           x.is_contiguous() else x)  # fmt: skip
-
-
 class Sequence:
     """Launches recorded by :func:`launchpad.record`, replayed with new inputs.
 
@@ -157,16 +247,28 @@ class Sequence:
     """
 
     def __init__(self, fn: Callable[..., Any], plan: Plan, values: dict[str, Any], device: int,
-                 compiled: bool | None = None):  # fmt: skip
+                 compiled: bool | None = None, *, firsts: list[int] | None = None, rng: bool = False,
+                 generators: tuple = ()):  # fmt: skip
         self.inputs = tuple(values)
         self.device = device
         self._fn = fn  # what the graph's bound tensors belong to: kept as long as the graph
         self._lock = threading.Lock()
         self._positions = {name: i for i, name in enumerate(self.inputs)}
+        self._positional, self._parameters = len(self.inputs), self.inputs  # (record sets fn's own)
         self._current = [values[name] for name in self.inputs]  # the one record of what the graph reads
         self._state = (ctypes.c_uint64 * 2)()  # launches so far (the ring's), and "broken"
         function, self.update_note = _updates.updater(device)
-        self._build(plan, values, function)
+        kept = keep(fn, plan, values, firsts or [], device, function, generators)
+        self._plan, self._graph, self._ring = plan, kept.final.graph, kept.ring
+        self._statics, self._holders = kept.statics, kept.holders  # what its copy nodes read and write
+        #: The graph draws from torch's generators: a replay launches through torch's CUDAGraph.replay(),
+        #: which writes each generator's seed and offset before the launch and advances the offset.
+        self._rng = rng or bool(generators)
+        self._targets = {index: self._target(index, kept.ring) for index in sorted({u.node for u in _all_uses(plan)})}
+        self._graph.instantiate()
+        self._exec = int(self._graph.raw_cuda_graph_exec())
+        if kept.ring is not None:  # device-side updates need the graph on the device before its first launch
+            _driver.graph_upload(self._exec, _checks.current_raw_stream(self.device))
         self.nodes = len(self._plan.nodes)
         self._template = self._plan.template
         self._allocators = _pyreplay.allocators(self)
@@ -176,68 +278,6 @@ class Sequence:
         self._replay: Callable[..., Any] = _pyreplay.replay_for(self)
         if use:
             self._replay = _creplay.compiled_replay(self, self._replay) or self._replay
-
-    def _build(self, plan: Plan, values: dict[str, Any], function: int) -> None:
-        """The kept capture: launchpad's updater first where nodes are updated from the device, copies
-        in (and back) of the inputs no node can be re-pointed for, the function, copies of the
-        outputs no re-pointing can follow; then each node a replay changes made a target."""
-        copies = [p for p in plan.inputs.values() if p.copy]
-        for p in copies:
-            p.writes = _writes(self._fn, values, p.name)
-        statics = {p.name: _static_like(values[p.name]) for p in copies}
-        copied = [k for k, s in enumerate(plan.storages) if s.copy]
-        firsts = {k: next(i for i, leaf in enumerate(plan.leaves) if leaf.storage == k) for k in copied}
-        holders = {k: torch.empty(max(plan.storages[k].nbytes, 1), dtype=torch.uint8, device=torch_device(self.device))
-                   for k in copied}  # fmt: skip
-        wants_device = function and any(plan.nodes[u.node].kind == "kernel" for u in _all_uses(plan))
-        ring = _updates.Ring(self.device, _capacity(plan)) if wants_device else None
-
-        def recorded(**kw: Any) -> Any:
-            stream = _checks.current_raw_stream(self.device)
-            if ring is not None:
-                ring.prologue(function)
-            for p in copies:  # an input into the sequence's buffer: a copy node whose source a replay moves
-                static, span = statics[p.name]
-                _driver.copy_device_to_device(static.data_ptr(), values[p.name].data_ptr(), span, stream)
-            result = self._fn(**kw)
-            for p in copies:
-                if p.writes:
-                    static, span = statics[p.name]
-                    _driver.copy_device_to_device(values[p.name].data_ptr(), static.data_ptr(), span, stream)
-            leaves = flatten(result)[1]
-            for k in copied:  # an output into new memory: a copy node whose destination a replay moves
-                start = leaves[firsts[k]].untyped_storage().data_ptr()
-                _driver.copy_device_to_device(holders[k].data_ptr(), start, plan.storages[k].nbytes, stream)
-            return result
-
-        run = {**values, **{name: static for name, (static, _) in statics.items()}}
-        final = capture(recorded, run, skip=frozenset({function}) if ring is not None else frozenset())
-        before, backs = len(copies), sum(p.writes for p in copies)
-        after = before + len(plan.nodes)
-        same_structure("", plan.nodes, final.nodes[before:after])
-        if [n.kind for n in final.nodes[:before] + final.nodes[after:]] != ["memcpy"] * (before + backs + len(copied)):
-            raise RecordError("launchpad's copies were not captured as copy nodes")  # (a driver that merges them)
-        shift = lambda u: replace(u, node=u.node + before)
-        for p in plan.inputs.values():
-            p.uses = [shift(u) for u in p.uses]
-        for k, p in enumerate(copies):
-            p.uses = [Use(k, 48, 8, SK_POINTER, "the source address of its copy")]
-            if p.writes:
-                back = after + sum(q.writes for q in copies[:k])
-                p.uses.append(Use(back, 136, 8, SK_POINTER, "the destination address of its copy back"))
-        for j, k in enumerate(copied):
-            plan.storages[k].uses = [Use(after + backs + j, 136, 8, SK_POINTER, "the destination of its copy")]
-        for k, storage in enumerate(plan.storages):
-            if k not in holders:
-                storage.uses = [shift(u) for u in storage.uses]
-        plan.nodes = final.nodes
-        self._plan, self._graph, self._statics, self._holders = plan, final.graph, statics, holders
-        self._targets = {index: self._target(index, ring) for index in sorted({u.node for u in _all_uses(plan)})}
-        final.graph.instantiate()
-        self._exec = int(final.graph.raw_cuda_graph_exec())
-        self._ring = ring
-        if ring is not None:  # device-side updates need the graph on the device before its first launch
-            _driver.graph_upload(self._exec, _checks.current_raw_stream(self.device))
 
     def _target(self, index: int, ring: Any) -> _updates.Target:
         node = self._plan.nodes[index]
@@ -269,27 +309,16 @@ class Sequence:
     _get_stream: Any = None
 
 
-def _static_like(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """A buffer of the sequence's own with ``x``'s layout, holding ``x``'s data; its byte span."""
-    span = (1 + sum((n - 1) * s for n, s in zip(x.shape, x.stride()))) * x.element_size() if x.numel() else 0
-    flat = torch.empty(max(span // x.element_size(), 1), dtype=x.dtype, device=x.device)
-    static = flat.as_strided(x.shape, x.stride())
-    static.copy_(x)
-    return static, span
-
-
-def _capacity(plan: Plan) -> int:
-    return sum(len(p.uses) for p in plan.inputs.values()) + sum(len(s.uses) + 1 for s in plan.storages)
-
-
 def _all_uses(plan: Plan) -> list[Use]:
     return [u for p in plan.inputs.values() for u in p.uses] + [u for s in plan.storages for u in s.uses]
 
 
 def _drain(state: Any, device: int, graph: Any, ring: Any) -> None:
-    """Before the graph and the ring go: let the device finish the last launch (its updater reads the
-    ring). The device, not the launch's stream: that stream may be gone already (a thread's own)."""
-    if state[0] and ring is not None:
+    """Before the graph, its memory pool and the ring go: let the device finish the last launch (its
+    updater reads the ring; its kernels use the pool, which the allocator may hand out again once the
+    graph is gone). The device, not the launch's stream: that stream may be gone already (a thread's
+    own)."""
+    if state[0]:
         try:
             _driver.synchronize_device(device)
         except Exception:  # a finalizer raises nothing; a dead context has nothing left to run

@@ -1,0 +1,102 @@
+"""What a capture allocated: the allocation facts the analysis maps every pointer word onto.
+
+During a capture every allocation the recorded function makes (its intermediates, its outputs,
+torch's and cuBLAS's workspaces) comes from the graph's private memory pool, and torch's caching
+allocator reuses a block freed earlier in the same capture. So an address alone does not say
+which allocation a word means: a word that points into a returned tensor's memory may mean a
+temporary that sat there before it. :class:`History` reads the allocator's own record of every
+allocation made during a capture (torch's memory history, ``action == "alloc"`` entries: address
+and size, in order); :class:`Blocks` answers, for an address, which of them contain it.
+
+Where the history cannot be read (the user records torch's memory history already and its
+buffer is shared, or this torch has none), :attr:`History.blocks` is None and the analysis knows
+nothing about the capture's memory: every output is then copied, never re-pointed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import torch
+
+__all__ = ["Blocks", "History"]
+
+#: Entries the allocator may keep while a capture runs; a capture that allocates more is read as
+#: unknown (the history's oldest entries would be gone).
+MAX_ENTRIES = 1 << 20
+
+
+class History:
+    """A context manager around one capture: afterwards ``blocks`` lists ``(address, size)`` of
+    every allocation made meanwhile on ``device``, in order, or is None where it cannot be known."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self.blocks: list[tuple[int, int]] | None = None
+        self._ours = False
+
+    def __enter__(self) -> History:
+        memory = torch.cuda.memory
+        enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
+        if enabled is None or enabled():  # the user's history: not ours to clear or switch off
+            return self
+        try:
+            memory._record_memory_history("all", context=None, stacks="python", max_entries=MAX_ENTRIES,
+                                          clear_history=True)  # fmt: skip
+        except TypeError:  # a torch without clear_history (each enable starts a new history there)
+            memory._record_memory_history("all", context=None, stacks="python", max_entries=MAX_ENTRIES)
+        self._ours = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if not self._ours:
+            return
+        try:
+            if exc[0] is None:
+                traces = torch.cuda.memory._snapshot()["device_traces"]
+                trace = traces[self.device] if self.device < len(traces) else []
+                if len(trace) < MAX_ENTRIES:
+                    self.blocks = [(int(e["addr"]), int(e["size"])) for e in trace if e["action"] == "alloc"]
+        finally:
+            torch.cuda.memory._record_memory_history(None)
+
+
+class Blocks:
+    """The allocations of one capture, for lookups: the ``k``-th allocation is ``blocks[k]``."""
+
+    def __init__(self, blocks: list[tuple[int, int]]):
+        self.blocks = blocks
+        order = sorted(range(len(blocks)), key=lambda k: blocks[k][0])
+        self._order = order
+        self._starts = [blocks[k][0] for k in order]
+        self._reach: list[int] = []  # the furthest end of any block at or before each position
+        furthest = -1
+        for k in order:
+            furthest = max(furthest, blocks[k][0] + blocks[k][1])
+            self._reach.append(furthest)
+
+    def containing(self, address: int) -> tuple[tuple[int, int], ...]:
+        """``(k, offset)`` for every allocation whose bytes, or whose end, ``address`` is at: an end
+        pointer counts (a kernel given ``[begin, end)`` holds one), so an allocation that starts
+        where another ends shares that address with it."""
+        found = []
+        j = bisect.bisect_right(self._starts, address) - 1
+        while j >= 0 and self._reach[j] >= address:
+            k = self._order[j]
+            start, size = self.blocks[k]
+            if address <= start + size:
+                found.append((k, address - start))
+            j -= 1
+        return tuple(sorted(found))
+
+    def find(self, start: int) -> int | None:
+        """The allocation that starts at ``start`` (the last made, where several did), or None."""
+        found = [k for k, (s, _) in enumerate(self.blocks) if s == start]
+        return found[-1] if found else None
+
+    def shares(self, k: int) -> bool:
+        """Whether another allocation of the capture held any of allocation ``k``'s addresses (its
+        end included): then an address inside ``k`` does not say which of them a word means."""
+        start, size = self.blocks[k]
+        return any(j != k and s <= start + size and start <= s + n for j, (s, n) in enumerate(self.blocks))

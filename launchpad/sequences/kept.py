@@ -1,0 +1,201 @@
+"""The capture a sequence keeps and replays, and the analysis of that capture itself.
+
+:func:`keep` captures the recorded function once more, as it will run: launchpad's updater node
+first where nodes are updated from the device, copy nodes in (and back) for the inputs no node
+can be re-pointed for, the function's own nodes, and copy nodes out for the outputs no
+re-pointing can follow. The outputs are followed in this capture (not carried over from another
+by node index): it is captured into the memory pool of a twin capture made just before it with
+the same values (so that bytes which differ between the two vary alone), and beside a control in
+a pool of its own (:func:`launchpad.sequences.outputs.storages`). An output found to need a copy
+is captured again with its copy node, and followed again, until nothing changes. Then every
+input's use is checked in it: each word the analysis found holds the input's address there, and
+no other word points into an input.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+
+from ..core import driver as _driver
+from ..errors import RecordError
+from ..launch import checks as _checks
+from ..launch.executor import SK_POINTER
+from . import capture as _capture
+from . import updates as _updates
+from .analysis import Plan, Use, _bytes, _label, _regions
+from .outputs import flatten, storages
+from .structure import same_structure
+
+__all__ = ["Kept", "keep"]
+
+#: How many times the kept capture is made again for outputs that turned out to need a copy.
+ATTEMPTS = 3
+
+
+@dataclass
+class Kept:
+    """The kept capture and what its copy nodes read and write (the sequence owns them all)."""
+
+    final: _capture.Capture
+    statics: dict[str, tuple[torch.Tensor, int]]  # copied inputs: the sequence's buffer and its span
+    holders: dict[int, torch.Tensor]  # copied outputs: where the copy node writes (a replay moves it)
+    ring: _updates.Ring | None
+
+
+def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int], device: int, function: int,
+         generators: tuple = ()) -> Kept:  # fmt: skip
+    """Capture ``fn`` as it will run and finish ``plan`` in that capture (see the module
+    documentation); ``function`` is the updater's (0: none)."""
+    copies = [p for p in plan.inputs.values() if p.copy]
+    _check_copies(copies, values)
+    for p in copies:  # (what the function does with it cannot be seen: the copy back always runs)
+        p.writes = True
+    statics = {p.name: _static_like(values[p.name]) for p in copies}
+    wants_device = function and any(plan.nodes[u.node].kind == "kernel" for p in plan.inputs.values() for u in p.uses)
+    ring = _updates.Ring(device, _capacity(plan, estimate=True)) if wants_device else None
+    skip = frozenset({function}) if ring is not None else frozenset()
+    run = {**values, **{name: static for name, (static, _) in statics.items()}}
+    is_pointer = lambda a: _driver.pointer_device(a) is not None
+    copied: set[int] = set()
+    for _ in range(ATTEMPTS + 1):
+        holders = {k: torch.empty(max(plan.storages[k].nbytes, 1), dtype=torch.uint8, device=_torch_device(device))
+                   for k in copied}  # fmt: skip
+        recorded = _wrapper(fn, plan, values, firsts, statics, holders, ring, function, device)
+        take = functools.partial(_capture.capture, recorded, run, skip=skip, generators=generators)
+        twin = take()
+        twin.result = None  # its memory free again for the kept capture, made into the same pool
+        final = take(pool=twin.graph.pool())
+        control = take()
+        before = len(copies)
+        same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
+        storages(plan, firsts, final, control, twin, copied, is_pointer)
+        del twin, control
+        need = {k for k, s in enumerate(plan.storages) if s.copy} - copied
+        if ring is not None and _capacity(plan) > ring.capacity:  # (the updater's arguments hold the ring: again)
+            ring = _updates.Ring(device, _capacity(plan))
+        elif not need:
+            break
+        copied |= need
+    else:
+        raise RecordError("the outputs of the recorded function could not be followed in a capture of their own")
+    after = before + len(plan.nodes)
+    backs = len(copies)
+    kinds = [n.kind for n in final.nodes[:before] + final.nodes[after:]]
+    if kinds != ["memcpy"] * (before + backs + len(copied)):
+        raise RecordError("launchpad's copies were not captured as copy nodes")  # (a driver that merges them)
+    for p in plan.inputs.values():
+        p.uses = [replace(u, node=u.node + before) for u in p.uses]
+    for k, p in enumerate(copies):
+        p.uses = [Use(k, 48, 8, SK_POINTER, "the source address of its copy"),
+                  Use(after + k, 136, 8, SK_POINTER, "the destination address of its copy back")]  # fmt: skip
+    for j, k in enumerate(sorted(copied)):
+        plan.storages[k].uses = [Use(after + backs + j, 136, 8, SK_POINTER, "the destination of its copy")]
+    plan.nodes = final.nodes
+    _verify_inputs(plan, final, run)
+    return Kept(final, statics, holders, ring)
+
+
+def _wrapper(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int],
+             statics: dict[str, tuple[torch.Tensor, int]], holders: dict[int, torch.Tensor], ring: Any, function: int,
+             device: int) -> Callable[..., Any]:  # fmt: skip
+    """The function as the kept graph runs it (see the module documentation)."""
+
+    def recorded(**kw: Any) -> Any:
+        stream = _checks.current_raw_stream(device)
+        if ring is not None:
+            ring.prologue(function)
+        for name, (static, span) in statics.items():  # into the sequence's buffer: a copy whose source a replay moves
+            _driver.copy_device_to_device(static.data_ptr(), values[name].data_ptr(), span, stream)
+        result = fn(**kw)
+        for name, (static, span) in statics.items():  # and back
+            _driver.copy_device_to_device(values[name].data_ptr(), static.data_ptr(), span, stream)
+        leaves = flatten(result)[1]
+        for k in sorted(holders):  # an output into new memory: a copy whose destination a replay moves
+            start = leaves[firsts[k]].untyped_storage().data_ptr()
+            _driver.copy_device_to_device(holders[k].data_ptr(), start, plan.storages[k].nbytes, stream)
+        return result
+
+    return recorded
+
+
+def _check_copies(copies: list, values: dict[str, Any]) -> None:
+    """An input is copied in and back as one span of bytes: it must be dense (no gaps another view
+    owns) and share no memory with another input (whose writes the copy back would undo)."""
+    for p in copies:
+        x = values[p.name]
+        if not _dense(x):
+            raise RecordError(
+                f"sequence input {p.name!r} must be copied into a buffer of the sequence's own ({p.copy}), but it is a "
+                f"strided view (strides {x.stride()}) whose gaps belong to other tensors: pass a contiguous tensor"
+            )
+        for name, y in values.items():
+            if name != p.name and isinstance(y, torch.Tensor) and _overlap(x, y):
+                raise RecordError(
+                    f"sequence input {p.name!r} must be copied into a buffer of the sequence's own ({p.copy}), but it "
+                    f"shares memory with input {name!r}: pass tensors that do not overlap"
+                )
+
+
+def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any]) -> None:
+    """In the kept capture, each tensor use holds its input's address, and no other word points
+    into an input (a node that reads an input through a word no replay moves would read it stale)."""
+    uses = {(u.node, u.offset) for p in plan.inputs.values() for u in p.uses}
+    tensors = {name: run[name] for name, p in plan.inputs.items() if isinstance(run[name], torch.Tensor)}
+    for name, x in tensors.items():
+        for u in plan.inputs[name].uses:
+            word = _bytes(final.nodes[u.node], u.offset, 8)
+            if not plan.inputs[name].copy and word != (x.data_ptr() + u.delta).to_bytes(8, "little"):
+                raise RecordError(f"sequence input {name!r}: the kept capture differs from the analysed ones at "
+                                  f"{final.nodes[u.node].describe(u.node)}, {u.label}")  # fmt: skip
+    ranges = {name: (x.untyped_storage().data_ptr(), x.untyped_storage().nbytes()) for name, x in tensors.items()}
+    for i, node in enumerate(final.nodes):
+        for offset, size, param in _regions(node):
+            here = _bytes(node, offset, size)
+            if size != 8 or here is None or (i, offset) in uses:
+                continue
+            address = int.from_bytes(here, "little")
+            for name, (start, nbytes) in ranges.items():
+                if start <= address <= start + nbytes and not plan.inputs[name].copy:
+                    raise RecordError(
+                        f"sequence input {name!r}: {node.describe(i)}, {_label(node, offset, size, param)} points into "
+                        "it but did not move with it: a replay would leave that node reading the recorded tensor"
+                    )
+
+
+def _static_like(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """A buffer of the sequence's own with ``x``'s layout, holding ``x``'s data; its byte span."""
+    span = _span(x)
+    flat = torch.empty(max(span // x.element_size(), 1), dtype=x.dtype, device=x.device)
+    static = flat.as_strided(x.shape, x.stride())
+    static.copy_(x)
+    return static, span
+
+
+def _span(x: torch.Tensor) -> int:
+    return (1 + sum((n - 1) * s for n, s in zip(x.shape, x.stride()))) * x.element_size() if x.numel() else 0
+
+
+def _dense(x: torch.Tensor) -> bool:
+    return x.numel() * x.element_size() == _span(x)
+
+
+def _overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
+    a, b = x.data_ptr(), y.data_ptr()
+    return a < b + _span(y) and b < a + _span(x)
+
+
+def _capacity(plan: Plan, estimate: bool = False) -> int:
+    """Entries a ring slot needs: every use of every input and output (before the kept capture is
+    followed, the words of the analysed capture that pointed into each output)."""
+    outputs = sum(s.estimate if estimate else len(s.uses) for s in plan.storages)
+    return sum(len(p.uses) for p in plan.inputs.values()) + outputs + len(plan.storages)
+
+
+def _torch_device(device: int) -> torch.device:
+    """torch's device of a launch device (negative: the CPU tensors of launchpad's fake GPU in tests)."""
+    return torch.device("cuda", device) if device >= 0 else torch.device("cpu")

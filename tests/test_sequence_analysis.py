@@ -1,0 +1,214 @@
+"""The analysis behind ``launchpad.record``, on the fake GPU (``tests/fake_graphs.py``): allocation
+facts, bytes that vary alone, scalars inside torch's functors, Triton's divisibility, copies.
+
+Each test reproduces a defect the analysis had (issue 28's review), with the nodes laid out as
+the driver shows torch's: it fails on the analysis that matched numbers instead of allocations.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+import torch
+from fake_graphs import FakeGraphs
+
+import launchpad as lp
+
+SOURCE = r"""
+extern "C" __global__ void scale(float* out, const float* x, float s, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = s * x[i];
+}
+extern "C" __global__ void tail(float* out, const float* x, int n) { if (threadIdx.x < n) out[threadIdx.x] = x[0]; }
+"""
+N = 64
+
+
+@pytest.fixture(scope="module")
+def module():
+    return lp.compile_cuda_module(SOURCE, ["scale", "tail"], arch="sm_90")
+
+
+@pytest.fixture(params=["device", "host"])
+def graphs(request, fake_gpu, monkeypatch) -> FakeGraphs:
+    return FakeGraphs(fake_gpu, monkeypatch, device_updates=request.param == "device")
+
+
+def f32(n: int = N, value: float = 1.0) -> torch.Tensor:
+    return torch.full((n,), value)
+
+
+def copy_kernel(graphs, out, x):
+    """torch's copy kernel as the driver shows it: (int n, Array<char*, 2> {out, x})."""
+    graphs.foreign("at::native::unrolled_elementwise_kernel<copy>", (4, struct.pack("<i", N)),
+                   (16, struct.pack("<QQ", out.data_ptr(), x.data_ptr())))  # fmt: skip
+
+
+def test_an_output_where_a_freed_temporary_was_is_copied_not_re_pointed(module, graphs):
+    """``t = x.repeat(4); s = t[N:].sum(); del t; out = torch.empty(N)``: the output takes the block
+    the temporary had. The copy kernel that wrote the temporary points into the output's range but
+    means the temporary: re-pointing it at the new output would write past it."""
+    scale = graphs.fake.install(module["scale"])
+
+    def step(x):
+        t = graphs.pool(torch.empty(4 * N))
+        copy_kernel(graphs, t, x)  # node 0: writes the temporary
+        s = graphs.pool(torch.empty(1))
+        scale[1, 1](s, t[N:], 1.0, 1)  # node 1: reads it
+        out = graphs.reuse(t, N)  # the temporary is freed; the output gets its block
+        scale[1, N](out, x, 2.0, N)  # node 2: writes the output
+        return out
+
+    seq = graphs.record(step, f32())
+    temporary = graphs.words(seq, 0)[1]
+    got = seq(f32(value=3.0))
+    assert graphs.words(seq, 0)[1] == temporary  # the temporary's writer still writes the temporary
+    assert graphs.reads(seq, seq.nodes - 1)[136:144] == struct.pack("<Q", got.data_ptr())  # copied out instead
+    assert "held another allocation earlier in the step" in seq.explain()
+
+
+def test_a_scalar_after_the_padding_of_torchs_functor_is_followed(module, graphs):
+    """``y = x * lr``: torch's functor is one 8-byte parameter, 4 bytes of uninitialized padding and
+    the float. Padding that differs between every capture must not hide the float: replays multiply
+    by the new ``lr``, not the recorded one."""
+    scale = graphs.fake.install(module["scale"])
+    seen = [0]
+
+    def step(x, lr):
+        seen[0] += 1
+        y = graphs.pool(torch.empty(N))
+        padding = struct.pack("<I", 0x9E3779B9 * seen[0] % (1 << 32))
+        graphs.foreign("at::native::vectorized_elementwise_kernel<4, BUnaryFunctor<float, MulFunctor>>",
+                       (4, struct.pack("<i", N)), (8, padding + struct.pack("<f", lr)),
+                       (16, struct.pack("<QQ", y.data_ptr(), x.data_ptr())))  # fmt: skip
+        out = graphs.pool(torch.empty(N))
+        scale[1, N](out, y, lr, N)
+        return out
+
+    seq = graphs.record(step, f32(), 0.5)
+    seq(f32(), 0.25)
+    functor = graphs.reads(seq, 0)[8:16]
+    assert struct.unpack("<f", functor[4:])[0] == 0.25
+    assert "(bytes 4-7 of it)" in seq.explain()
+
+
+def test_a_value_computed_from_a_scalar_inside_a_functor_is_refused(graphs):
+    """``(x - 1.0) * (1.0 - beta)``: the functor holds 1 - beta, which no replay can write."""
+
+    def step(x, beta):
+        y = graphs.pool(torch.empty(N))
+        graphs.foreign("at::native::vectorized_elementwise_kernel<4, BUnaryFunctor<float, MulFunctor>>",
+                       (4, struct.pack("<i", N)), (8, bytes(4) + struct.pack("<f", 1.0 - beta)),
+                       (16, struct.pack("<QQ", y.data_ptr(), x.data_ptr())))  # fmt: skip
+        return y
+
+    with pytest.raises(lp.RecordError, match=r"sequence input 'beta': node 0 .* changes with it but is not it"):
+        graphs.record(step, f32(), 0.9)
+
+
+def test_an_int_a_triton_kernel_specialized_as_a_multiple_of_16(module, graphs):
+    """Triton compiles a kernel for ``n % 16 == 0`` where n was: a replay with 502 after recording
+    512 would run the specialized binary past n. Recording finds that a value that is not a multiple
+    of 16 launches another kernel, and replays refuse such values."""
+    scale, tail = graphs.fake.install(module["scale"]), graphs.fake.install(module["tail"])
+
+    def step(x, n):
+        out = graphs.pool(torch.empty(N))
+        (scale if n % 16 == 0 else tail)[1, N](out, x, *((2.0, n) if n % 16 == 0 else (n,)))
+        return out
+
+    seq = graphs.record(step, f32(), 48)
+    seq(f32(), 32)
+    with pytest.raises(
+        lp.ArgumentError, match=r"30 is not a multiple of 16, but the kernel was compiled assuming it is"
+    ):
+        seq(f32(), 30)
+    free = graphs.record(step, f32(), 47)  # recorded with the general kernel: any value
+    free(f32(), 30)
+
+
+def test_a_copied_input_is_copied_back_without_running_the_function_again(module, graphs):
+    """What an input's copy back does cannot depend on data (an input written with the values it
+    held read as unwritten): every copied input is copied back, and the function runs only in the
+    warm-up and the captures."""
+    scale = graphs.fake.install(module["scale"])
+    eager = [0]
+
+    def step(x):
+        if graphs._capturing is None:
+            eager[0] += 1
+        graphs.foreign("nvjet_sm90_tst_64x8_64x16", (8, x.data_ptr() >> 4 | 0xF << 60))
+        scale[1, N](graphs.pool(torch.empty(N)), x, 2.0, N)
+
+    seq = graphs.record(step, f32())
+    assert eager[0] == 1 and "and back after it" in seq.explain()
+
+
+def test_a_strided_input_that_must_be_copied_is_refused(graphs):
+    """One span copied back would rewrite the gaps between a strided input's elements, which belong
+    to other tensors."""
+    base = torch.ones(2 * N)
+
+    def step(x):
+        graphs.foreign("nvjet_sm90_tst_64x8_64x16", (8, x.data_ptr() >> 4 | 0xF << 60))
+
+    with pytest.raises(lp.RecordError, match=r"sequence input 'x' must be copied .* but it is a strided view "
+                       r"\(strides \(2,\)\)"):  # fmt: skip
+        graphs.record(step, base[::2])
+
+
+def test_a_returned_view_of_the_same_tensor_passed_twice_follows_its_own_input(module, graphs):
+    """``fn(a, b)`` recorded with one tensor for both: which input a returned view belongs to is
+    told by the probes, not by the storage address both share."""
+    scale = graphs.fake.install(module["scale"])
+
+    def step(a, b):
+        scale[1, N](b, a, 2.0, N)
+        return a[1:]
+
+    x = f32()
+    seq = graphs.record(step, x, x)
+    a, b = f32(value=2.0), f32(value=3.0)
+    got = seq(a, b)
+    assert got.data_ptr() == a.data_ptr() + 4 and got.shape == (N - 1,)
+
+
+def test_a_step_that_waits_for_the_host_is_refused_before_any_capture(graphs):
+    def step(x):
+        if graphs._capturing is None:  # torch's sync debug mode, in the warm-up
+            raise RuntimeError("called a synchronizing CUDA operation")
+        graphs.foreign("k", (8, x.data_ptr()))
+
+    before = graphs.captures
+    with pytest.raises(lp.RecordError, match=r"^the function waits for the host \(RuntimeError: called a "
+                       r"synchronizing CUDA operation at .*test_sequence_analysis.py:\d+ \(raise RuntimeError"):  # fmt: skip
+        graphs.record(step, f32())
+    assert graphs.captures == before
+
+
+def test_a_step_that_draws_random_numbers_replays_through_torchs_graph(graphs):
+    def step(x):
+        if graphs._capturing is None:
+            graphs.random_offset += 4  # the warm-up drew from torch's generator
+        graphs.foreign("k", (8, x.data_ptr()))
+
+    assert graphs.record(step, f32())._rng
+    assert not graphs.record(lambda x: graphs.foreign("k", (8, x.data_ptr())), f32())._rng
+
+
+def test_without_allocation_facts_every_output_is_copied(module, graphs):
+    """Where torch's allocation history cannot be read (the user records it already), nothing says
+    which allocation an address means: outputs are copied, never re-pointed."""
+    scale = graphs.fake.install(module["scale"])
+    graphs.history = False
+
+    def step(x):
+        out = graphs.pool(torch.empty(N))
+        scale[1, N](out, x, 2.0, N)
+        return out
+
+    seq = graphs.record(step, f32())
+    got = seq(f32())
+    assert graphs.reads(seq, seq.nodes - 1)[136:144] == struct.pack("<Q", got.data_ptr())
+    assert "allocation history could not be read" in seq.explain()
