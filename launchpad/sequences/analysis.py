@@ -41,7 +41,8 @@ import torch
 from ..core.params import Param
 from ..errors import RecordError
 from ..launch.executor import SK_INT, SK_POINTER, SK_UINT, slot_kind
-from .capture import MEMCPY_FIELDS, Capture, Node
+from .capture import Capture, Node
+from .regions import region_bytes, region_label, regions
 from .scalars import FOREIGN_KINDS, scalar_bytes
 from .structure import compare_child, refuse_opaque, same_structure
 
@@ -126,19 +127,19 @@ def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values:
         if node.kind == "graph":
             compare_child(i, node, control.nodes[i], probes)
             continue
-        for offset, size, param in _regions(node):
-            here = _bytes(node, offset, size)
+        for offset, size, param in regions(node):
+            here = region_bytes(node, offset, size)
             if here is None:
                 continue
-            pooled = here != _bytes(control.nodes[i], offset, size) and same_word(base, control, i, offset, size,
+            pooled = here != region_bytes(control.nodes[i], offset, size) and same_word(base, control, i, offset, size,
                                                                                   is_device_pointer)  # fmt: skip
-            noise = 0 if pooled else _differ(here, _bytes(control.nodes[i], offset, size))
+            noise = 0 if pooled else _differ(here, region_bytes(control.nodes[i], offset, size))
             moved = {}
             for name, c in probes.items():
                 if pooled:  # the graph's own memory: the probe's word must be the same allocation's
                     if not same_word(base, c, i, offset, size, is_device_pointer):
                         moved[name] = (1 << size) - 1
-                elif changed := _differ(here, _bytes(c.nodes[i], offset, size)) & ~noise:
+                elif changed := _differ(here, region_bytes(c.nodes[i], offset, size)) & ~noise:
                     moved[name] = changed
             if moved:
                 _attribute(
@@ -160,7 +161,7 @@ def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_
     allocation of each (the ``k``-th) at the same offset: the same value of the graph's own memory,
     as an address or shifted right by 4 bits with flags above it (cuBLAS's kernels hold some so).
     Without allocation facts, whether both are device pointers (the weaker test that is all there is)."""
-    x, y = _bytes(a.nodes[i], offset, size), _bytes(b.nodes[i], offset, size)
+    x, y = region_bytes(a.nodes[i], offset, size), region_bytes(b.nodes[i], offset, size)
     if size != 8 or x is None or y is None:
         return False
     p, q = int.from_bytes(x, "little"), int.from_bytes(y, "little")
@@ -210,16 +211,16 @@ def _attribute(inputs: dict[str, InputPlan], moved: dict[str, int], i: int, node
                fars: dict[str, tuple[Any, Capture]]) -> None:  # fmt: skip
     """Explain every byte of a region that changed with inputs (``moved``: name -> mask), or copy
     the tensors and refuse the scalars it changed with."""
-    label = _label(node, offset, size, param)
+    label = region_label(node, offset, size, param)
     claimed = 0
     unexplained = []
     for name, mask in moved.items():
-        there = _bytes(probes[name].nodes[i], offset, size)
+        there = region_bytes(probes[name].nodes[i], offset, size)
         use = _explain(
             i, node, offset, size, param, label, here, there, noise, mask, values[name], probed[name], fars.get(name)
         )
         if use is None and again is not None:  # bytes that vary alone between two captures of the same values
-            mask &= ~_differ(there or b"", _bytes(again(name).nodes[i], offset, size))
+            mask &= ~_differ(there or b"", region_bytes(again(name).nodes[i], offset, size))
             if not mask:
                 continue
             use = _explain(
@@ -293,7 +294,7 @@ def _explain(i: int, node: Node, offset: int, size: int, param: Param | None, la
     else:
         return None
     seen = [(old, here, 0), (new, there, mask)]  # each value, the bytes it gave, the bytes it changed
-    if far is not None and (data := _bytes(far[1].nodes[i], offset, size)) is not None:
+    if far is not None and (data := region_bytes(far[1].nodes[i], offset, size)) is not None:
         seen.append((far[0], data, _differ(here, data) & ~noise))
     found: list[tuple[int, int, int]] = []
     for candidates in tries:
@@ -315,51 +316,6 @@ def _explain(i: int, node: Node, offset: int, size: int, param: Param | None, la
     arg = next((a for a in node.spec.args if a.kind == "param" and a.param == param.index), None)
     return Use(i, offset, size, kind, label, param, multiple_of=arg.multiple_of if arg else 0,
                wrap=bool(arg and arg.options.get("wrap")))  # fmt: skip
-
-
-# --- regions: what is compared ----------------------------------------------------------------
-
-
-def _regions(node: Node) -> list[tuple[int, int, Param | None]]:
-    """``(offset, size, launchpad param)`` of each compared region of a node."""
-    if node.kind in ("memcpy", "memset"):
-        return [(offset, 8, None) for offset in MEMCPY_FIELDS[node.kind]]
-    if node.kind != "kernel" or not node.layout:
-        return []
-    params = node.spec.params if node.spec is not None else [None] * len(node.layout)
-    out: list[tuple[int, int, Param | None]] = []
-    for (offset, size), param in zip(node.layout, params):
-        if size <= 8:
-            out.append((offset, size, param))
-            continue
-        start = offset
-        while start < offset + size:  # 8-byte words at 8-aligned addresses, and the bytes around them
-            end = min(offset + size, (start // 8 + 1) * 8)
-            out.append((start, end - start, param))
-            start = end
-    return out
-
-
-def _bytes(node: Node, offset: int, size: int) -> bytes | None:
-    if node.kind in ("memcpy", "memset"):
-        return node.addresses[MEMCPY_FIELDS[node.kind].index(offset)].to_bytes(8, "little")
-    if node.block is None:
-        return None
-    return node.block[offset : offset + size]
-
-
-def _label(node: Node, offset: int, size: int, param: Param | None) -> str:
-    if node.kind == "memcpy":
-        return "its source address" if offset == 48 else "its destination address"
-    if node.kind == "memset":
-        return "its destination address"
-    if param is not None:
-        return param.label if size == param.size else f"{param.label}, bytes {offset - param.offset}-" \
-            f"{offset - param.offset + size - 1}"  # fmt: skip
-    index = next(j for j, (o, s) in enumerate(node.layout or ()) if o <= offset < o + s)
-    start = (node.layout or ())[index][0]
-    whole = (node.layout or ())[index][1] == size
-    return f"param {index}" if whole else f"param {index}, bytes {offset - start}-{offset - start + size - 1}"
 
 
 # --- inputs ----------------------------------------------------------------------------------

@@ -27,8 +27,9 @@ from ..launch import checks as _checks
 from ..launch.executor import SK_POINTER
 from . import capture as _capture
 from . import updates as _updates
-from .analysis import Plan, Use, _bytes, _label, _regions
+from .analysis import Plan, Use
 from .outputs import flatten, storages
+from .regions import region_bytes, region_label, regions
 from .structure import same_structure
 
 __all__ = ["Kept", "keep"]
@@ -148,21 +149,21 @@ def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any]) -> 
     tensors = {name: run[name] for name, p in plan.inputs.items() if isinstance(run[name], torch.Tensor)}
     for name, x in tensors.items():
         for u in plan.inputs[name].uses:
-            word = _bytes(final.nodes[u.node], u.offset, 8)
+            word = region_bytes(final.nodes[u.node], u.offset, 8)
             if not plan.inputs[name].copy and word != (x.data_ptr() + u.delta).to_bytes(8, "little"):
                 raise RecordError(f"sequence input {name!r}: the kept capture differs from the analysed ones at "
                                   f"{final.nodes[u.node].describe(u.node)}, {u.label}")  # fmt: skip
     ranges = {name: (x.untyped_storage().data_ptr(), x.untyped_storage().nbytes()) for name, x in tensors.items()}
     for i, node in enumerate(final.nodes):
-        for offset, size, param in _regions(node):
-            here = _bytes(node, offset, size)
+        for offset, size, param in regions(node):
+            here = region_bytes(node, offset, size)
             if size != 8 or here is None or (i, offset) in uses:
                 continue
             address = int.from_bytes(here, "little")
             for name, (start, nbytes) in ranges.items():
                 if start <= address <= start + nbytes and not plan.inputs[name].copy:
                     raise RecordError(
-                        f"sequence input {name!r}: {node.describe(i)}, {_label(node, offset, size, param)} points into "
+                        f"sequence input {name!r}: {node.describe(i)}, {region_label(node, offset, size, param)} points into "
                         "it but did not move with it: a replay would leave that node reading the recorded tensor"
                     )
 

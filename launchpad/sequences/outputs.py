@@ -32,8 +32,9 @@ import torch
 
 from ..errors import RecordError
 from ..launch.executor import SK_POINTER
-from .analysis import Leaf, Plan, Storage, Use, _bytes, _differ, _label, _regions, referenced, same_word
+from .analysis import Leaf, Plan, Storage, Use, _differ, referenced, same_word
 from .capture import Capture
+from .regions import region_bytes, region_label, regions
 
 __all__ = ["Index", "classify", "flatten", "storages"]
 
@@ -112,8 +113,8 @@ def classify(plan: Plan, base: Capture, control: Capture, probes: dict[str, Capt
         plan.storages[k].estimate = sum(
             1
             for node in base.nodes
-            for offset, size, _ in _regions(node)
-            if size == 8 and start <= int.from_bytes(_bytes(node, offset, 8) or bytes(8), "little") <= end
+            for offset, size, _ in regions(node)
+            if size == 8 and start <= int.from_bytes(region_bytes(node, offset, 8) or bytes(8), "little") <= end
         )
     return firsts
 
@@ -152,14 +153,14 @@ def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capt
     """Every word that points into allocation ``a`` as a use of the storage; why not, where one fails."""
     assert final.allocations is not None
     for i, node in enumerate(nodes):
-        for offset, size, param in _regions(node):
-            here = _bytes(node, offset, size)
+        for offset, size, param in regions(node):
+            here = region_bytes(node, offset, size)
             if size != 8 or here is None:
                 continue
             shift, found, _ = referenced(final, int.from_bytes(here, "little"))
             if not any(k == a for k, _ in found):
                 continue
-            label = _label(node, offset, size, param)
+            label = region_label(node, offset, size, param)
             if shift:
                 return f"{node.describe(i)}, {label} holds its address in another form (shifted)"
             if len(found) > 1 or not same_word(final, control, i, offset, size, is_device_pointer):
@@ -182,15 +183,15 @@ def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_po
             return f"{node.describe(i)} may hold its address in a form launchpad cannot read"
         if node.kind == "graph":
             return "a child graph may write it"
-        for offset, size, param in _regions(node):
-            here = _bytes(node, offset, size)
-            changed = _differ(here, _bytes(control.nodes[i], offset, size)) if here is not None else 0
+        for offset, size, param in regions(node):
+            here = region_bytes(node, offset, size)
+            changed = _differ(here, region_bytes(control.nodes[i], offset, size)) if here is not None else 0
             if not changed or same_word(final, control, i, offset, size, is_device_pointer):
                 continue
             if same_pool:  # what differs from the twin too varies alone; the rest follows the graph's addresses
-                changed &= ~_differ(here, _bytes(twin.nodes[i], offset, size))  # type: ignore[union-attr, arg-type]
+                changed &= ~_differ(here, region_bytes(twin.nodes[i], offset, size))  # type: ignore[union-attr, arg-type]
             if changed:
-                return (f"{node.describe(i)}, {_label(node, offset, size, param)} changes with the graph's memory but "
+                return (f"{node.describe(i)}, {region_label(node, offset, size, param)} changes with the graph's memory but "
                         "is no address launchpad can follow: it may hold one in another form")  # fmt: skip
     return ""
 
