@@ -19,7 +19,8 @@ import torch
 import launchpad
 import launchpad.cli
 from launchpad import Arg
-from launchpad.bench import context, harness, launchers, report, runner, sweep, targets
+from launchpad.bench import context, harness, launchers, report, runner, sequence_section, sweep, targets
+from launchpad.bench import sequence_training as training
 from launchpad.bench.harness import Entry, Launcher, Missing, Timed, WrongResult
 
 HAS_GPU = torch.cuda.is_available()
@@ -544,6 +545,153 @@ def test_config_quick_and_overrides():
     assert quick.rounds < full.rounds and quick.fresh_repeats < full.fresh_repeats
     over = runner.Config.make(quick=True, rounds=7, batch=300)
     assert (over.rounds, over.sweep_rounds, over.batch, over.sweep_batch) == (7, 7, 300, 300)
+
+
+# --- the training step (sequence section): what runs without a GPU --------------------------------
+
+
+@pytest.mark.parametrize("model", list(training.MODELS))
+def test_training_check_resets_and_compares_with_eager_on_cpu(model):
+    work = training.Workload(model, device="cpu")
+    t = training.Trainer(work)
+    check = work.check("eager", t, t.step, training.RTOL)
+    assert work.deterministic is True  # eager twice from the reset state: the same bits
+    assert check["bit_identical"] and check["max_rel_diff"] == 0.0 and len(check["losses"]) == training.CHECK_STEPS
+    assert training.check_text(check) == "= eager, bit for bit"
+    graph = training.Trainer(work)
+    work.check("torch_graph", graph, graph.step, training.RTOL)
+    again = training.Trainer(work)
+    assert work.check("record", again, again.step, training.RTOL)["bit_identical_to_torch_graph"] is True
+    assert training.check_text(work.checks["record"]) == "= eager, bit for bit; = torch graph, bit for bit"
+    off = training.Trainer(work)
+    with pytest.raises(WrongResult, match=r"differ from eager's by 1\.0e-02 relative \(tolerance 0\.001\)"):
+        work.check("compile_step", off, lambda x, y: off.step(x, y) * 1.01, training.COMPILE_RTOL)
+    assert training.check_text(work.checks["compile_step"]).startswith("1.0e-02 from eager; torch graph's bits differ")
+    timed = work.timed(t.step, "note")
+    timed.run(training.POOL + 1)  # the rotation wraps around
+
+
+def test_training_first_line_of_an_error():
+    compile_error = RuntimeError("backend='inductor' raised:\nRuntimeError: Triton is not installed\n\nmore")
+    assert training.first_line(compile_error) == "RuntimeError: backend='inductor' raised: RuntimeError: Triton is " \
+        "not installed"  # fmt: skip
+    record_error = launchpad.RecordError("sequence input 'x' reaches no node\n  details")
+    assert training.first_line(record_error) == "RecordError: sequence input 'x' reaches no node"
+    assert training.first_line(Missing("already said\nmore")) == "already said"
+    assert training.first_line(KeyError()) == "KeyError"
+
+
+def test_training_entries_report_each_failure_as_a_row(monkeypatch):
+    def fails(exc):
+        def build(work):
+            raise exc
+
+        return build
+
+    variants = (
+        ("eager", "eager", "peer", lambda work: Timed(lambda: None, note="ok")),
+        ("torch_graph", "graph", "peer", fails(RuntimeError("capture failed\nat node 3"))),
+        ("record", "record", "launchpad", fails(launchpad.RecordError("input 'x' decides a grid\n(more)"))),
+        ("compile_step", "compile", "peer", fails(WrongResult("wrong result: off"))),
+    )
+    monkeypatch.setattr(training, "VARIANTS", variants)
+    work = SimpleNamespace(name="mlp")
+    ready, results = harness.set_up(training.training_entries(work), None, log=lambda _: None)
+    assert [lc.key for lc in ready] == ["train_mlp_eager"]
+    assert results["train_mlp_torch_graph"]["status"] == "missing"
+    assert results["train_mlp_torch_graph"]["reason"] == "RuntimeError: capture failed"
+    assert results["train_mlp_record"] == {"key": "train_mlp_record", "label": "record", "group": "launchpad",
+                                           "status": "error", "reason": "RecordError: input 'x' decides a grid"}  # fmt: skip
+    assert results["train_mlp_compile_step"]["status"] == "error"
+
+
+def _fake_training(spins: dict[str, int], fail_model: str = ""):
+    """``workload`` and ``entries`` stand-ins for :func:`training.measure_training`."""
+
+    def workload(name):
+        if name == fail_model:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory.\nTried to allocate 2 GiB")
+        checks = {"eager": {"bit_identical": True, "max_rel_diff": 0.0},
+                  "record": {"bit_identical": True, "max_rel_diff": 0.0, "bit_identical_to_torch_graph": True},
+                  "compile_step": {"bit_identical": False, "max_rel_diff": 3.1e-7}}  # fmt: skip
+        return SimpleNamespace(name=name, checks=checks, deterministic=True)
+
+    def entries(work):
+        def make(n):
+            return lambda ctx: Timed(lambda: sum(range(n)), note=f"{n} iterations")
+
+        def broken(ctx):
+            raise Missing("RuntimeError: torch.compile is not available here")
+
+        return [Entry(f"train_{work.name}_{v}", v.replace("_", " "), "launchpad" if v == "record" else "peer", make(n))
+                for v, n in spins.items()] + [Entry(f"train_{work.name}_compile_forward", "compile forward", "peer",
+                                                    broken)]  # fmt: skip
+
+    return workload, entries
+
+
+def test_measure_training_and_its_tables(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: None)
+    workload, entries = _fake_training({"eager": 3000, "torch_graph": 300, "record": 100, "compile_step": 600},
+                                       fail_model="transformer")  # fmt: skip
+    lines: list[str] = []
+    out = training.measure_training(3, 4, lines.append, workload=workload, entries=entries)
+    assert (out["rounds"], out["batch"], out["steps"], out["check_steps"]) == (3, 4, 20, training.CHECK_STEPS)
+    mlp = out["models"]["mlp"]
+    assert mlp["deterministic"] is True and set(mlp["results"]) == {f"train_mlp_{v}" for v in (
+        "eager", "torch_graph", "record", "compile_step", "compile_forward")}  # fmt: skip
+    graph = mlp["results"]["train_mlp_torch_graph"]
+    assert graph["ratio"]["median"] == 1.0 and graph["e2e"]["ratio"]["median"] == 1.0 and graph["stats"]["n"] == 3
+    assert mlp["results"]["train_mlp_record"]["check"]["bit_identical_to_torch_graph"] is True
+    assert out["models"]["transformer"] == {"description": training.MODELS["transformer"],
+                                            "error": "OutOfMemoryError: CUDA out of memory."}  # fmt: skip
+    assert any("check: = eager, bit for bit; = torch graph, bit for bit" in line for line in lines)
+    text = "\n\n".join(training.training_tables(out, "", report.format_table))
+    assert "A training step: mlp" in text and "Not measured: OutOfMemoryError: CUDA out of memory." in text
+    rows = {line.split("  ")[0]: line for line in text.splitlines()}
+    assert rows["torch graph"].split()[-2:] == ["1.00x", "1.00x"]  # host and wall x graph; no check faked for it
+    assert "3.1e-07 from eager" in rows["compile step"]
+    assert rows["compile forward"].endswith("missing: RuntimeError: torch.compile is not available here")
+    assert "x graph: the figure's ratio to torch's CUDAGraph after copy_" in text
+    assert "eager run twice: bit-identical (the step is deterministic)" in text
+    md = training.training_tables(out, "### ", report.markdown_table)[0]
+    assert md.startswith("### A training step: mlp") and "| variant | host us/step | wall us/step |" in md
+    assert training.training_tables({"error": "KeyError: 'x'"}, "", report.format_table) == [
+        "A training step\n\nnot measured: KeyError: 'x'"]  # fmt: skip
+
+
+def test_the_sequence_section_runs_the_training_step_last(fake_gpu_bench, monkeypatch, tmp_path):
+    """``--only sequence`` runs and renders the training tables; a training part that fails leaves
+    the section's other figures."""
+    monkeypatch.setattr(sequence_section, "sequence_entries", lambda: _fake_entries({"c_floor": 50, "seq_new_20": 5}))
+    monkeypatch.setattr(sequence_section, "decode_entries", lambda: [])
+    monkeypatch.setattr(sequence_section, "measure_sizes", lambda log: {})
+    workload, entries = _fake_training({"eager": 300, "torch_graph": 30, "record": 10})
+    monkeypatch.setattr(training, "Workload", workload)
+    monkeypatch.setattr(training, "training_entries", entries)
+    assert runner.run(quick=True, out=tmp_path, only=["sequence"], log=lambda _: None) == 0
+    report_ = json.loads((tmp_path / "latest.json").read_text())
+    assert report_["sections"] == ["sequence"]
+    models = report_["sequence"]["training"]["models"]
+    assert set(models) == set(training.MODELS) and models["mlp"]["results"]["train_mlp_record"]["status"] == "ok"
+    md = (tmp_path / "latest.md").read_text()
+    assert (
+        "### Recorded sequences" in md and "### A training step: mlp" in md and "### A training step: transformer" in md
+    )
+    assert md.index("### A training step: mlp") > md.index("### Recorded sequences")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no training today")
+
+    monkeypatch.setattr(training, "measure_training", broken)
+    assert runner.run(quick=True, out=tmp_path, only=["sequence"], log=lambda _: None) == 0
+    seq = json.loads((tmp_path / "latest.json").read_text())["sequence"]
+    assert (
+        seq["training"] == {"error": "RuntimeError: no training today"} and seq["results"]["c_floor"]["status"] == "ok"
+    )
+    assert (
+        "### A training step\n\nnot measured: RuntimeError: no training today" in (tmp_path / "latest.md").read_text()
+    )
 
 
 # --- launchers without a GPU: sources, the C floor, argument mapping ----------------------------------

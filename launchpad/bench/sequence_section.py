@@ -1,6 +1,7 @@
 """The recorded sequences' section of the benchmarks: the 20-kernel step (:mod:`.sequences`), the
-decode-like step (:mod:`.decode`) and the inputs' size sweep (:mod:`.sequence_sizes`), run and
-rendered. Every launcher gets two figures: the host's cost, and the wall time of a GPU-bound loop.
+decode-like step (:mod:`.decode`), the inputs' size sweep (:mod:`.sequence_sizes`) and a training
+step per model (:mod:`.sequence_training`), run and rendered. Every launcher gets two figures: the
+host's cost, and the wall time of a GPU-bound loop.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .decode import decode_entries
-from .harness import add_ratios, measure, measure_e2e, record_e2e, record_samples, set_up
+from .harness import add_ratios, describe, measure, measure_e2e, record_e2e, record_samples, set_up
 from .report import launch_rows, ratio_text, us
 from .sequence_sizes import measure_sizes
 from .sequences import KERNELS, UPDATED, sequence_entries
@@ -35,6 +36,13 @@ def sequence_section(ctx: Any, rounds: int, batch: int, log: Callable[[str], Non
     out["decode"] = decode
     log("the inputs' size, 16 KB to 256 MB: GPU-bound wall time per step against torch's graph after copy_")
     out["sizes"] = measure_sizes(log=log)
+    log("a training step (an MLP, a transformer block; AdamW): eager, torch's graph, torch.compile, launchpad.record")
+    from . import sequence_training  # imported here: `python -m launchpad.bench.sequence_training` runs it alone
+
+    try:  # last: what it breaks cannot take the figures above with it
+        out["training"] = sequence_training.measure_training(rounds, batch, log)
+    except Exception as exc:
+        out["training"] = {"error": describe(exc)}
     return out
 
 
@@ -52,8 +60,9 @@ def _host_and_wall(launchers: list, results: dict[str, Any], rounds: int, batch:
 
 
 def sequence_tables(seq: dict[str, Any], head: str, table: Callable[..., str]) -> list[str]:
-    """The recorded sequences' three tables: the 20-kernel step (host cost and GPU-bound wall time),
-    the decode-like step against eager and torch's graphs, and the inputs' size sweep."""
+    """The recorded sequences' tables: the 20-kernel step (host cost and GPU-bound wall time), the
+    decode-like step against eager and torch's graphs, the inputs' size sweep, and a training step
+    per model."""
     k = seq["kernels"]
     rows = []
     for r in launch_rows(seq["results"]):
@@ -88,4 +97,8 @@ def sequence_tables(seq: dict[str, Any], head: str, table: Callable[..., str]) -
                      "torch's replay alone: no new input (the floor).\n\n"
                      + table(["per input", "launchpad.record us", "torch graph + copy_ us", "record / torch",
                               "record, host updates us", "torch replay alone us"], srows))  # fmt: skip
+    if seq.get("training"):
+        from . import sequence_training
+
+        parts += sequence_training.training_tables(seq["training"], head, table)
     return parts

@@ -4,9 +4,10 @@
 first where nodes are updated from the device, copy nodes in (and back) for the inputs no node
 can be re-pointed for, the function's own nodes, and copy nodes out for the outputs no
 re-pointing can follow. The outputs are followed in this capture (not carried over from another
-by node index): it is captured into the memory pool of a twin capture made just before it with
-the same values (so that bytes which differ between the two vary alone), and beside a control in
-a pool of its own (:func:`launchpad.sequences.outputs.storages`). An output found to need a copy
+by node index): it is captured into the memory pool of a twin capture made before it with the
+same values (so that bytes which differ between the two vary alone), and beside a control in a
+pool of its own (:func:`launchpad.sequences.outputs.storages`); it is made last, so that what the
+function leaves behind (a parameter's ``.grad``) is the kept graph's memory, which replays write. An output found to need a copy
 is captured again with its copy node, and followed again, until nothing changes. Then every
 input's use is checked in it: each word the analysis found holds the input's address there, and
 no other word points into an input.
@@ -70,8 +71,8 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
         take = functools.partial(_capture.capture, recorded, run, skip=skip, generators=generators)
         twin = take()
         twin.result = None  # its memory free again for the kept capture, made into the same pool
-        final = take(pool=twin.graph.pool())
         control = take()
+        final = take(pool=twin.graph.pool())  # last: what fn left behind (a parameter's .grad) is the kept graph's
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
         storages(plan, firsts, final, control, twin, copied, is_pointer)

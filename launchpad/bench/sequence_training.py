@@ -1,0 +1,409 @@
+"""A training step recorded, against eager, torch's ``CUDAGraph`` and ``torch.compile``.
+
+Two models (:data:`MODELS`), each trained by ``AdamW(capturable=True, foreach=True)`` on the MSE
+to random targets; the step: ``zero_grad(set_to_none=True)``, forward, loss, ``backward()``,
+``optimizer.step()``, return the loss. Variants: eager; torch's ``CUDAGraph`` of the step (warmed
+up on a side stream, as torch's documentation does it), replayed after ``copy_`` of each batch
+into its static input and target; ``launchpad.record(step, x, y)`` replayed as ``seq(x, y)``;
+``torch.compile(mode="reduce-overhead")`` of the forward and loss (``backward()`` and the step
+called eagerly), and of the whole step (the note counts Dynamo's graph breaks). Each variant
+trains its own copy of the same weights and is checked before it is timed: weights and optimizer
+state reset in place, the losses of :data:`CHECK_STEPS` steps on the same batches compared with
+eager's (:data:`RTOL`, :data:`COMPILE_RTOL` for torch.compile) and bit for bit. Batches rotate
+through a pool. Two figures per variant, as in the rest of the section: the host's cost per step
+and the wall time per step of a GPU-bound loop; medians; ratios to torch's graph after ``copy_``.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from . import harness
+from .harness import Entry, Missing, Timed, WrongResult
+from .report import ratio_text, us
+
+__all__ = ["CHECK_STEPS", "COMPILE_RTOL", "MODELS", "RTOL", "Workload", "check_text", "first_line", "main",
+           "measure_training", "training_entries", "training_tables"]  # fmt: skip
+
+MODELS = {
+    "mlp": "MLP: 3 Linear(1024, 1024) with GELU between, batch 64",
+    "transformer": "transformer block: LayerNorm, 4-head causal attention (F.scaled_dot_product_attention), "
+    "LayerNorm, MLP 256-1024-256; d_model 256, sequence 128, batch 8",
+}
+SHAPES = {"mlp": (64, 1024), "transformer": (8, 128, 256)}  # of the input and of the target
+HEADS = 4
+LR = 1e-3
+POOL = 8  # batches in the rotation
+CHECK_STEPS = 5
+RTOL = 1e-4  # eager, torch's graph, launchpad.record: the same kernels
+COMPILE_RTOL = 1e-3  # torch.compile: inductor's fused kernels round differently
+GRAPH = "torch_graph"  # the variant the ratios are to
+
+
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    """``"Type: first line"`` of an exception, with the second line where the first only announces
+    it (``backend='inductor' raised:``)."""
+    lines = [" ".join(line.split()) for line in str(exc).splitlines() if line.strip()]
+    text = lines[0] + (" " + lines[1] if len(lines) > 1 and lines[0].endswith(":") else "") if lines else ""
+    if not isinstance(exc, (Missing, WrongResult)):
+        text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def build_model(name: str) -> Any:
+    """A fresh model (on the CPU, torch's default initialization)."""
+    import torch
+    from torch import nn
+
+    if name == "mlp":
+        d = SHAPES["mlp"][1]
+        return nn.Sequential(nn.Linear(d, d), nn.GELU(), nn.Linear(d, d), nn.GELU(), nn.Linear(d, d))
+    d = SHAPES["transformer"][2]
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+            self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d))
+
+        def forward(self, x: Any) -> Any:
+            b, s, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).view(b, s, 3, HEADS, d // HEADS).permute(2, 0, 3, 1, 4).unbind(0)
+            a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.proj(a.transpose(1, 2).reshape(b, s, d))
+            return x + self.mlp(self.ln2(x))
+
+    return Block()
+
+
+class Trainer:
+    """One variant's copy of the model and its AdamW; :meth:`step` is the training step."""
+
+    def __init__(self, work: Workload) -> None:
+        import torch
+
+        self.torch, self.work = torch, work
+        self.model = copy.deepcopy(work.template)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=LR, foreach=True, capturable=work.device != "cpu")
+        self.loss_of: Callable[[Any, Any], Any] = self.forward_loss  # torch.compile's forward variant swaps it
+
+    def forward_loss(self, x: Any, y: Any) -> Any:
+        return self.torch.nn.functional.mse_loss(self.model(x), y)
+
+    def step(self, x: Any, y: Any) -> Any:
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.loss_of(x, y)
+        loss.backward()
+        self.opt.step()
+        return loss.detach()
+
+    def reset(self) -> None:
+        """The initial weights and a fresh optimizer state, in place (graphs read them where they are)."""
+        with self.torch.no_grad():
+            for p, p0 in zip(self.model.parameters(), self.work.template.parameters()):
+                p.copy_(p0)
+            for state in self.opt.state.values():
+                for value in state.values():
+                    if isinstance(value, self.torch.Tensor):
+                        value.zero_()  # step, exp_avg, exp_avg_sq: what a fresh AdamW starts from
+
+
+class Workload:
+    """A model's initial weights (``template``), its batches, eager's losses and each variant's
+    check; ``device="cpu"`` runs the eager step only (the tests)."""
+
+    def __init__(self, name: str, device: str = "cuda") -> None:
+        import torch
+
+        self.torch, self.name, self.device = torch, name, device
+        with torch.random.fork_rng(devices=[]):  # the same weights every run, the global generator left alone
+            torch.random.default_generator.manual_seed(0)
+            self.template = build_model(name).to(device)
+        gen = torch.Generator(device=device).manual_seed(1)
+        shape = SHAPES[name]
+        self.batches = [(torch.randn(shape, device=device, generator=gen),
+                         torch.randn(shape, device=device, generator=gen)) for _ in range(POOL)]  # fmt: skip
+        self.losses: dict[str, Any] = {}
+        self.checks: dict[str, dict[str, Any]] = {}
+        self.deterministic: bool | None = None
+        self._reference: Any = None
+
+    def losses_of(self, trainer: Trainer, call: Callable[[Any, Any], Any]) -> Any:
+        """The losses of :data:`CHECK_STEPS` calls from the initial state on the first batches (float64, CPU)."""
+        trainer.reset()
+        losses = [call(x, y).detach().clone() for x, y in self.batches[:CHECK_STEPS]]
+        return self.torch.stack(losses).double().cpu()
+
+    def reference(self) -> Any:
+        """Eager's losses; run twice, which says whether the step is deterministic."""
+        if self._reference is None:
+            t = Trainer(self)
+            first, second = self.losses_of(t, t.step), self.losses_of(t, t.step)
+            self.deterministic = bool(self.torch.equal(first, second))
+            self._reference = first
+        return self._reference
+
+    def check(self, variant: str, trainer: Trainer, call: Callable[[Any, Any], Any], rtol: float) -> dict[str, Any]:
+        """Compare a variant's losses with eager's; raise :class:`WrongResult` beyond ``rtol``."""
+        reference, losses = self.reference(), self.losses_of(trainer, call)
+        rel = float(((losses - reference).abs() / reference.abs()).max())
+        check: dict[str, Any] = {"steps": CHECK_STEPS, "rtol": rtol, "max_rel_diff": rel, "losses": losses.tolist(),
+                                 "bit_identical": bool(self.torch.equal(losses, reference))}  # fmt: skip
+        if variant != GRAPH and GRAPH in self.losses:
+            check["bit_identical_to_torch_graph"] = bool(self.torch.equal(losses, self.losses[GRAPH]))
+        self.losses[variant], self.checks[variant] = losses, check
+        if not rel <= rtol:
+            raise WrongResult(f"wrong result: the losses of {CHECK_STEPS} steps differ from eager's by {rel:.1e} "
+                              f"relative (tolerance {rtol:g})")  # fmt: skip
+        return check
+
+    def timed(self, call: Callable[[Any, Any], Any], note: str) -> Timed:
+        batches = itertools.cycle(self.batches)
+        return Timed(lambda: call(*next(batches)), note=note)
+
+
+# --- the variants ----------------------------------------------------------------------------------
+
+
+def eager(work: Workload) -> Timed:
+    t = Trainer(work)
+    work.check("eager", t, t.step, RTOL)
+    return work.timed(t.step, "the step as written")
+
+
+def torch_graph(work: Workload) -> Timed:
+    torch, t = work.torch, Trainer(work)
+    x_s, y_s = (v.clone() for v in work.batches[0])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as torch's documentation does it
+        for _ in range(3):
+            t.step(x_s, y_s)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        loss_s = t.step(x_s, y_s)
+
+    def replay(x: Any, y: Any) -> Any:
+        x_s.copy_(x)
+        y_s.copy_(y)
+        graph.replay()
+        return loss_s
+
+    work.check(GRAPH, t, replay, RTOL)
+    return work.timed(replay, "x_s.copy_(x); y_s.copy_(y); graph.replay(); the loss is the static tensor")
+
+
+def recorded(work: Workload) -> Timed:
+    import launchpad
+
+    t = Trainer(work)
+    seq = launchpad.record(t.step, *work.batches[0])
+    work.check("record", t, seq, RTOL)
+    updates = seq.update_note or "nodes updated from the device"
+    return work.timed(seq, f"seq(x, y): {seq!r}, {seq.replay_path} replay, {updates}")
+
+
+def _dynamo_counts() -> tuple[int, int]:
+    """Dynamo's graph breaks and inductor's cudagraph skips so far."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["graph_break"].values()), counters["inductor"]["cudagraph_skips"]
+
+
+def compiled(work: Workload, whole: bool) -> Timed:
+    torch, t = work.torch, Trainer(work)
+    before = _dynamo_counts()
+    if whole:
+        fn = torch.compile(t.step, mode="reduce-overhead")
+    else:
+        t.loss_of = torch.compile(t.forward_loss, mode="reduce-overhead")
+        fn = t.step
+
+    def step(x: Any, y: Any) -> Any:
+        torch.compiler.cudagraph_mark_step_begin()  # a new step: the last step's graph outputs may be overwritten
+        return fn(x, y)
+
+    for x, y in work.batches[:3]:  # compile, record the graphs, replay
+        step(x, y)
+    breaks, skips = (a - b for a, b in zip(_dynamo_counts(), before))
+    work.check("compile_step" if whole else "compile_forward", t, step, COMPILE_RTOL)
+    return work.timed(step, f"cudagraph_mark_step_begin(); step(x, y): {breaks} graph breaks, {skips} cudagraph "
+                      "skips while compiling")  # fmt: skip
+
+
+VARIANTS: tuple[tuple[str, str, str, Callable[[Workload], Timed]], ...] = (
+    ("eager", "eager", "peer", eager),
+    (GRAPH, "torch CUDAGraph of the step after copy_ of x, y", "peer", torch_graph),
+    ("record", "launchpad.record(step, x, y): seq(x, y)", "launchpad", recorded),
+    ("compile_forward", "torch.compile(forward + loss, reduce-overhead); backward(), AdamW step() called eagerly", "peer",
+     functools.partial(compiled, whole=False)),
+    ("compile_step", "torch.compile(whole step, AdamW included, reduce-overhead)", "peer",
+     functools.partial(compiled, whole=True)),
+)  # fmt: skip
+
+
+def training_entries(work: Workload) -> list[Entry]:
+    """The variants of a model as harness entries, ``train_<model>_<variant>``; a variant that fails
+    to set up raises its error's first line (:func:`harness.set_up` makes it a row)."""
+
+    def guarded(build: Callable[[Workload], Timed]) -> Callable[[Any], Timed]:
+        def factory(_ctx: Any) -> Timed:
+            try:
+                return build(work)
+            except (Missing, WrongResult):
+                raise
+            except Exception as exc:  # torch.compile unavailable, a RecordError, a failed capture...
+                raise Missing(first_line(exc)) from None
+
+        return factory
+
+    return [Entry(f"train_{work.name}_{v}", label, group, guarded(build)) for v, label, group, build in VARIANTS]
+
+
+# --- measurement and tables ------------------------------------------------------------------------
+
+
+def measure_training(rounds: int, batch: int, log: Callable[[str], None] = print, *,
+                     models: Sequence[str] = tuple(MODELS), workload: Callable[[str], Any] | None = None,
+                     entries: Callable[[Any], list[Entry]] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Check and time every variant of every model (see the module documentation).
+
+    Parameters
+    ----------
+    rounds, batch : int
+        Host cost: ``rounds`` batches of ``batch`` steps per variant, round-robin. Wall time:
+        ``max(5, rounds // 4)`` loops of ``max(20, batch)`` steps.
+    log : callable
+        Progress lines.
+    models : sequence of str
+        Keys of :data:`MODELS`.
+    workload, entries : callable, optional
+        Stand-ins for :class:`Workload` and :func:`training_entries` (the tests').
+
+    Returns
+    -------
+    dict
+        The settings, and per model its harness records (each with its ``check``) or its ``error``.
+    """
+    import torch
+
+    steps = max(20, batch)
+    make, listed = workload or Workload, entries or training_entries
+    out: dict[str, Any] = {"check_steps": CHECK_STEPS, "rtol": RTOL, "compile_rtol": COMPILE_RTOL, "rounds": rounds,
+                           "batch": batch, "steps": steps, "models": {}}  # fmt: skip
+    for name in models:
+        log(f"a training step, {MODELS[name]}")
+        try:  # in a function of its own: the model's graphs and compiled code go when it returns
+            out["models"][name] = _one_model(name, make, listed, rounds, batch, steps, log)
+        except Exception as exc:  # a model failing leaves the other
+            out["models"][name] = {"description": MODELS[name], "error": first_line(exc)}
+            log(f"  failed: {out['models'][name]['error']}")
+        torch.cuda.empty_cache()
+    return out
+
+
+def _one_model(name: str, make: Callable[[str], Any], listed: Callable[[Any], list[Entry]], rounds: int, batch: int,
+               steps: int, log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+    """Set up, check and time one model's variants (see :func:`measure_training`)."""
+    import torch
+
+    sync, work = torch.cuda.synchronize, make(name)
+    launchers, results = harness.set_up(listed(work), None, sync=sync, log=log)
+    samples, errors = harness.measure(launchers, rounds=rounds, batch=batch, warmup=batch, sync=sync)
+    for lc in launchers:
+        harness.record_samples(results[lc.key], samples[lc.key], errors.get(lc.key))
+    ready = [lc for lc in launchers if lc.key not in errors]
+    walls, errors = harness.measure_e2e(ready, launches=steps, repeats=max(5, rounds // 4), sync=sync)
+    for lc in ready:
+        harness.record_e2e(results[lc.key], walls[lc.key], errors.get(lc.key))
+    harness.add_ratios(results, f"train_{name}_{GRAPH}")
+    for key, rec in results.items():
+        check = work.checks.get(key.removeprefix(f"train_{name}_"))
+        if check is not None:
+            rec["check"] = check
+            log(f"  {rec['label']:<58} check: {check_text(check)}")
+    log(f"  eager twice from the same start: {_determinism(work.deterministic)}")
+    return {"description": MODELS[name], "deterministic": work.deterministic, "results": results}
+
+
+def check_text(check: dict[str, Any] | None) -> str:
+    """A check's outcome in a table cell: ``"= eager, bit for bit"`` or ``"3.1e-07 from eager"``, and
+    for the recorded sequence whether its bits are torch's graph's."""
+    if not check:
+        return ""
+    text = "= eager, bit for bit" if check["bit_identical"] else f"{check['max_rel_diff']:.1e} from eager"
+    if "bit_identical_to_torch_graph" in check:
+        same = check["bit_identical_to_torch_graph"]
+        text += "; = torch graph, bit for bit" if same else "; torch graph's bits differ"
+    return text
+
+
+def _determinism(deterministic: bool | None) -> str:
+    return {None: "not run", True: "bit-identical (the step is deterministic)",
+            False: "the bits differ (kernels with atomics): no variant can be expected to match bit for bit"}[
+        deterministic]  # fmt: skip
+
+
+def _row(rec: dict[str, Any]) -> list[str]:
+    if rec.get("status") != "ok" or "stats" not in rec:
+        return [rec["label"], f"{rec.get('status', 'missing')}: {rec.get('reason', '')}".split(" / ")[0]]
+    e2e = rec.get("e2e", {})
+    wall = harness.median_of(rec, "e2e")
+    return [rec["label"], us(rec["stats"]["median"], 1), us(wall, 1) if wall else "error" if "error" in e2e else "",
+            ratio_text((rec.get("ratio") or {}).get("median")), ratio_text((e2e.get("ratio") or {}).get("median")),
+            check_text(rec.get("check"))]  # fmt: skip
+
+
+def training_tables(training: dict[str, Any], head: str, table: Callable[..., str]) -> list[str]:
+    """A table per model: host and wall time per step, their ratios to torch's graph after
+    ``copy_``, and the correctness check; a model that failed, or the whole part, as a line."""
+    if "error" in training:
+        return [f"{head}A training step\n\nnot measured: {training['error']}"]
+    parts = []
+    for name, m in training.get("models", {}).items():
+        if "error" in m:
+            parts.append(f"{head}A training step: {name}\n\n{m['description']}. Not measured: {m['error']}")
+            continue
+        caption = (f"{m['description']}; AdamW(capturable=True, foreach=True), MSE loss, a new batch each step. "
+                   f"Host: us per step of the host's work (median over {training['rounds']} batches of "
+                   f"{training['batch']} steps, no synchronization inside a batch). Wall: us per step of "
+                   f"{training['steps']} back-to-back steps closed by one synchronization (median over loops). "
+                   "x graph: the figure's ratio to torch's CUDAGraph after copy_ in the same run. Check: the losses "
+                   f"of {training['check_steps']} steps from the same initial weights on the same batches against "
+                   f"eager's (relative tolerance {training['rtol']:g}, {training['compile_rtol']:g} for torch.compile);"
+                   f" eager run twice: {_determinism(m.get('deterministic'))}.")  # fmt: skip
+        header = ["variant", "host us/step", "wall us/step", "host x graph", "wall x graph", "check"]
+        notes = [f"{rec['label']}: {rec['note']}" for rec in m["results"].values() if rec.get("note")]
+        parts.append(f"{head}A training step: {name}\n\n{caption}\n\n"
+                     + table(header, [_row(rec) for rec in m["results"].values()], align="lrrrrl")
+                     + ("\n\nnotes: " + "; ".join(notes) if notes else ""))  # fmt: skip
+    return parts
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m launchpad.bench.sequence_training [--rounds N] [--batch N] [--models ...]``: this
+    part of the section alone; tables on stdout, progress on stderr."""
+    import argparse
+
+    from .report import format_table
+
+    p = argparse.ArgumentParser("python -m launchpad.bench.sequence_training", description="A training step recorded.")
+    p.add_argument("--rounds", type=int, default=25, help="timed batches per variant (default 25)")
+    p.add_argument("--batch", type=int, default=20, help="steps per timed batch (default 20)")
+    p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    args = p.parse_args(argv)
+    out = measure_training(max(1, args.rounds), max(1, args.batch), lambda s: print(s, file=sys.stderr, flush=True),
+                           models=args.models)  # fmt: skip
+    print("\n\n".join(training_tables(out, "", format_table)))
+    return 1 if any("error" in m for m in out["models"].values()) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
