@@ -14,6 +14,7 @@ what each node reads now, so tests check behaviour, whichever way the nodes were
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import itertools
@@ -27,8 +28,10 @@ import torch
 import launchpad as lp
 from launchpad.core import driver as _driver
 from launchpad.launch import checks as _checks
+from launchpad.sequences import capture as _capture
 from launchpad.sequences import sequence as _sequence
 from launchpad.sequences import updates as _updates
+from launchpad.sequences.allocations import Blocks
 from launchpad.sequences.capture import Capture, Node
 
 UPDATER = 0xAB00  # the fake updater's function handle
@@ -43,7 +46,7 @@ class _NodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
 SET_PARAMS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(_NodeParams))
 SET_COPY = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
 GRAPH_LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
-SYNC = ctypes.CFUNCTYPE(ctypes.c_int)
+IS_CAPTURING = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
 CTX_GET_DEVICE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int))
 
 
@@ -93,7 +96,14 @@ class FakeGraphs:
         monkeypatch.setattr(_updates, "updater", lambda device: (UPDATER, "") if device_updates else
                             (0, "the fake driver has no device-side updates"))  # fmt: skip
         monkeypatch.setattr(_updates.Ring, "prologue", lambda ring, function: self._prologue(ring, function))
-        monkeypatch.setattr(_sequence, "capture", self.capture)
+        self.captures = 0  # captures made so far
+        self.replays: list[int] = []  # graphs launched through torch's CUDAGraph.replay() (random numbers)
+        self._pools: dict = {}  # a capture's graph -> the tensors of its pool (a later capture may share it)
+        self.history = True  # whether captures come with their allocations (torch's allocator history)
+        monkeypatch.setattr(_capture, "capture", self.capture)
+        monkeypatch.setattr(_sequence, "_no_host_sync", contextlib.nullcontext)
+        monkeypatch.setattr(_sequence, "_random_offset", lambda device: self.random_offset)
+        self.random_offset = 0  # torch's generator: a step that draws random numbers moves it
         monkeypatch.setattr(_driver, "copy_device_to_device", self._copy)
         monkeypatch.setattr(_driver, "make_device_updatable", self._make_updatable)
         monkeypatch.setattr(_driver, "graph_upload", lambda exec_, stream: setattr(self, "uploads", self.uploads + 1))
@@ -105,6 +115,7 @@ class FakeGraphs:
         monkeypatch.setattr(_driver, "primary_context", lambda device: 0xC0)
         monkeypatch.setattr(_driver, "synchronize", lambda stream: None)
         monkeypatch.setattr(_driver, "synchronize_device", lambda device: None)
+        monkeypatch.setattr(_driver, "stream_is_capturing", lambda stream: bool(getattr(self, "stream_capturing", 0)))
         monkeypatch.setattr(_checks, "current_raw_stream", lambda device: 0x5000)
         monkeypatch.setattr(_checks, "current_device", lambda: -1)  # the fake GPU (CPU tensors)
         monkeypatch.setattr(_sequence.Sequence, "_get_stream", staticmethod(lambda device: 0x5000))
@@ -113,7 +124,7 @@ class FakeGraphs:
         me = self
         self._c = [SET_PARAMS(lambda e, n, p: me._c_set_kernel(n, p)), GRAPH_LAUNCH(lambda e, s: me._c_launch(e, s)),
                    SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memcpy")),
-                   SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memset")), SYNC(lambda: 0),
+                   SET_COPY(lambda e, n, p, c: me._c_set_copy(n, p, "memset")), IS_CAPTURING(lambda s, out: me._c_capturing(out)),
                    CTX_GET_DEVICE(lambda out: me._device(out))]  # fmt: skip
         address = functools.partial(ctypes.cast, typ=ctypes.c_void_p)
         monkeypatch.setattr(_driver, "graph_entry_points", lambda: tuple(address(f).value for f in self._c[:5]))
@@ -127,24 +138,43 @@ class FakeGraphs:
         assert seq.replay_path == self.fake.executor
         return seq
 
-    def capture(self, fn, values, skip=frozenset()):
-        self._capturing, self._pool, self._captured_ring = [], [], None
+    def capture(self, fn, values, skip=frozenset(), pool=None, relaxed=False, generators=()):
+        self._capturing, self._kept, self._blocks, self._captured_ring = [], [], [], None
+        self._shared = list(self._pools.get(pool, ()))  # a shared pool: the same blocks again, in order
+        self.captures += 1
         try:
             result = fn(**values)
         finally:
             nodes, self._capturing = self._capturing, None
         for node in nodes:
             self.nodes[node.handle] = node
-        exec_, ring = next(self._execs), self._captured_ring
+        exec_, ring, kept = next(self._execs), self._captured_ring, self._kept
+        self._pools[exec_] = kept
         graph = types.SimpleNamespace(instantiate=lambda: self._instantiate(nodes, exec_, ring),
-                                      raw_cuda_graph_exec=lambda: exec_, pool=self._pool)  # fmt: skip
-        return Capture(graph, nodes, result)
+                                      raw_cuda_graph_exec=lambda: exec_, pool=lambda: exec_, kept=kept,
+                                      replay=lambda: self.replays.append(exec_) or self._launch(exec_, 0x5000))  # fmt: skip
+        blocks = Blocks(self._blocks) if self.history else None
+        return Capture(graph, nodes, result, blocks)
 
     def pool(self, tensor: torch.Tensor) -> torch.Tensor:
         """An intermediate the function allocates: kept as long as its capture's graph, as memory of
-        that graph's private pool is (so two captures alive at once never share an address)."""
+        that graph's private pool is (so two captures alive at once never share an address), and
+        recorded as an allocation of the capture, as torch's allocator history records it."""
         if self._capturing is not None:
-            self._pool.append(tensor)
+            if self._shared and self._shared[0].untyped_storage().nbytes() == tensor.untyped_storage().nbytes():
+                storage = self._shared.pop(0).untyped_storage()  # captured into another capture's pool
+                tensor = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, tensor.shape, tensor.stride())
+            self._kept.append(tensor)
+            self._blocks.append((tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes()))
+        return tensor
+
+    def reuse(self, freed: torch.Tensor, *shape: int) -> torch.Tensor:
+        """A new allocation of the function at the start of ``freed``'s memory (a temporary it freed
+        earlier in the same capture), as torch's caching allocator hands out a freed block again."""
+        storage = freed.untyped_storage()
+        tensor = torch.empty(0, dtype=freed.dtype).set_(storage, 0, shape)
+        if self._capturing is not None:
+            self._blocks.append((storage.data_ptr(), tensor.numel() * tensor.element_size()))
         return tensor
 
     def _add(self, node: Node) -> None:
@@ -225,17 +255,41 @@ class FakeGraphs:
     def _launch(self, exec_, stream) -> None:
         if self.fail_launch:
             raise lp.CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access", "cuGraphLaunch")
-        if exec_ in self.rings:  # launchpad's updater node: this launch's slot
-            ring, launches = self.rings[exec_]
-            base = 2 + (launches % ring.slots) * (1 + 3 * ring.capacity)
-            count, words = ring.words[base], ring.words[base + 1 :]
-            for k in range(count):
-                devnode, where, value = words[3 * k], words[3 * k + 1], words[3 * k + 2]
-                offset, size = where & 0xFFFFFFFF, where >> 32
-                self.state[self.devnodes[devnode]][offset : offset + size] = value.to_bytes(8, "little")[:size]
-            self.rings[exec_][1] = launches + 1
-            ring.words[0] = launches + 1
+        if exec_ in self.rings and getattr(self, "defer", False):  # the device is behind: the launch waits
+            self.__dict__.setdefault("pending", []).append(exec_)
+        elif exec_ in self.rings:
+            self._updater(exec_)
         self.launched.append((exec_, stream))
+
+    def _updater(self, exec_) -> None:
+        """launchpad's updater node, as it runs on the device: applies this launch's slot unless an
+        update failed before (the ring's second word: entry << 32 | error), then gives the slot back.
+        ``fail_device`` (a node handle) makes that node's updates fail, as the device runtime may."""
+        ring, launches = self.rings[exec_]
+        base = 2 + (launches % ring.slots) * (1 + 3 * ring.capacity)
+        count, words = ring.words[base], ring.words[base + 1 :]
+        for k in range(count if not ring.words[1] else 0):
+            devnode, where, value = words[3 * k], words[3 * k + 1], words[3 * k + 2]
+            offset, size = where & 0xFFFFFFFF, where >> 32
+            if self.devnodes[devnode] == getattr(self, "fail_device", None):
+                ring.words[1] = k << 32 | 1  # cudaErrorInvalidValue
+                break
+            self.state[self.devnodes[devnode]][offset : offset + size] = value.to_bytes(8, "little")[:size]
+        self.rings[exec_][1] = launches + 1
+        ring.words[0] = launches + 1
+
+    def run_pending(self, count: int | None = None) -> None:
+        """Let the device run ``count`` (default: all) of the launches ``defer`` held back, in order."""
+        pending = self.__dict__.setdefault("pending", [])
+        for _ in range(len(pending) if count is None else count):
+            self._updater(pending.pop(0))
+
+    def reset_device_nodes(self) -> None:
+        """Put every device-updatable node back as it was instantiated, as the driver may drop the
+        device-side changes of a graph (a host-side update of its nodes, say)."""
+        for handle in self.devnodes.values():
+            if handle in self.state:
+                self.state[handle][:] = self.nodes[handle].block
 
     # --- the compiled replay's calls -----------------------------------------------------------
 
@@ -260,6 +314,10 @@ class FakeGraphs:
             self._launch(exec_, stream or 0)
         except lp.CudaError as exc:
             return exc.code
+        return 0
+
+    def _c_capturing(self, out) -> int:
+        out[0] = 1 if getattr(self, "stream_capturing", False) else 0  # (cuStreamIsCapturing's status)
         return 0
 
     def _device(self, out) -> int:

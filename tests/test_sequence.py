@@ -281,6 +281,7 @@ def test_a_dropped_sequence_waits_for_its_device_not_a_stream_that_may_be_gone(m
     axpy = graphs.fake.install(module["axpy"])
     seq = graphs.record(lambda x, y: axpy[1, 32](1.0, x, y, 32), f32(32), f32(32))
     seq(f32(32))
+    gc.collect()  # (an earlier test's sequence, held by a cycle, is not this one)
     waits = []
     monkeypatch.setattr(_driver, "synchronize", lambda stream: pytest.fail(f"synchronized stream {stream:#x}"))
     monkeypatch.setattr(_driver, "synchronize_device", waits.append)

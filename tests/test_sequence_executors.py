@@ -8,7 +8,9 @@ that point outside a node.
 
 from __future__ import annotations
 
+import ctypes
 import struct
+import threading
 
 import numpy as np
 import pytest
@@ -159,21 +161,35 @@ def test_more_inputs_than_the_c_stack_holds(fake_gpu, monkeypatch):
     assert graphs.reads(seq, 0) == b"".join(struct.pack("<i", v) for v in range(1000, 1070))
 
 
-def test_the_compiled_replay_refuses_tables_that_reach_outside_a_node():
-    """Defect 10: a use's offset is checked against its target's block when the replay is built."""
+def test_the_compiled_replay_refuses_tables_that_reach_outside_a_node_or_a_ring_slot():
+    """Defect 10: a use's offset is checked against its target's block when the replay is built; and
+    each device target's use has one ring entry of its own, within a slot."""
     claunch = _executor._claunch
-    state = (__import__("ctypes").c_uint64 * 2)()
-    blob = bytearray(16)
-    target = (1, 0x100, 0x200, (1, 1, 1), (1, 1, 1), 0, 0, blob, 0x300)
-    for use, ok in [((0, 8, 8, 0, 0, 0, 0), True), ((0, 12, 8, 0, 0, 0, 0), False), ((1, 0, 8, 0, 0, 0, 0), False),
-                    ((0, 0, 9, 0, 0, 0, 0), False)]:  # fmt: skip
-        args = ((("x", True, 0, (), (), (use,)),), (target,), (), 0, 0, (1, 1, 1, 1, 1), 0,
-                __import__("ctypes").addressof(state), None, [None], print, None, object(), (), (), None)  # fmt: skip
-        if ok:
+    state, staged, ring = (ctypes.c_uint64 * 2)(), (ctypes.c_uint64 * 1)(), (ctypes.c_uint64 * 32)()
+    kernel = (1, 0x100, 0x200, (1, 1, 1), (1, 1, 1), 0, 0, bytearray(16), 0x300)
+    device = (0, 0xD00, 16)
+    for target, use, ok in [
+        (kernel, (0, 8, 8, 0, 0, 0, 0, -1), ""),
+        (kernel, (0, 12, 8, 0, 0, 0, 0, -1), "bad use"),
+        (kernel, (1, 0, 8, 0, 0, 0, 0, -1), "bad use"),
+        (kernel, (0, 0, 9, 0, 0, 0, 0, -1), "bad use"),
+        (kernel, (0, 0, 8, 0, 0, 0, 0, 0), "bad use"),  # a host target's use in the ring
+        (device, (0, 0, 8, 0, 0, 0, 0, -1), "bad use"),  # a device target's use out of it
+        (device, (0, 0, 8, 0, 0, 0, 0, 1), "ring entry 1 is not one of 0 to 0"),
+        (device, (0, 8, 8, 0, 0, 0, 0, 0), ""),
+    ]:  # fmt: skip
+        args = ((("x", True, 0, (), (), (use,), False),), (target,), (), 0, 0, (1, 1, 1, 1, 1), 0,
+                ctypes.addressof(state), (ctypes.addressof(ring), 2, 2), (ctypes.addressof(staged), 1), [None], print,
+                None, threading.Lock(), (), (), None, 1, False, None)  # fmt: skip
+        if not ok:
             claunch.Replay(*args)
         else:
-            with pytest.raises(ValueError, match=r"^bad use"):
+            with pytest.raises(ValueError, match=rf"^{ok}"):
                 claunch.Replay(*args)
+    with pytest.raises(ValueError, match=r"^1 staged words for 0 uses"):
+        claunch.Replay((("x", True, 0, (), (), (), False),), (), (), 0, 0, (1, 1, 1, 1, 1), 0, ctypes.addressof(state),
+                       None, (ctypes.addressof(staged), 1), [None], print, None, threading.Lock(), (), (), None, 1,
+                       False, None)  # fmt: skip
 
 
 @pytest.mark.parametrize("value, cls, message", [

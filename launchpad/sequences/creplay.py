@@ -1,9 +1,10 @@
 """The compiled replay of a recorded sequence: the tables ``_claunch.Replay`` (``replay.c``) runs.
 
 Built once per sequence from what the Python replay uses (the sequence's targets, uses, output
-allocators, ring, lock and list of current values: one of each, shared, so both replays agree on
-what the graph reads). Sequences with a value the C side cannot check the way Python does (a
-Numba int that wraps) still get it: such a value goes to the Python replay call by call.
+allocators, ring, lock, list of current values and :class:`~launchpad.sequences.pyreplay.ReplayState`:
+one of each, shared, so both replays agree on what the graph reads). Sequences with a value the C
+side cannot check the way Python does (a Numba int that wraps, a returned view of an input that a
+new value may misplace) still get it: such a value goes to the Python replay call by call.
 """
 
 from __future__ import annotations
@@ -29,29 +30,34 @@ def compiled_replay(seq: Any, python_replay: Callable[..., Any]) -> Any:
     """``_claunch.Replay`` of ``seq``, or None where the compiled module is not built."""
     if _executor._claunch is None:
         return None
+    st = _pyreplay.state_of(seq)
     index = {node: k for k, node in enumerate(seq._targets)}  # node index -> position in the targets table
     targets = tuple(_target(t, seq) for t in seq._targets.values())
     inputs = []
-    for name in seq.inputs:
-        value, uses = seq._current[seq._positions[name]], seq._plan.inputs[name].uses
+    for pos, name in enumerate(seq.inputs):
+        value, (_, uses) = seq._current[pos], st.inputs[pos]
         tensor = isinstance(value, torch.Tensor)
         dtype = _executor.dlpack_word(value.dtype) if tensor else 0
         shape, strides = (tuple(value.shape), tuple(value.stride())) if tensor else ((), ())
-        inputs.append((name, tensor, dtype, shape, strides, tuple(_use(u, index) for u in uses)))
-    outputs = tuple((allocate, tuple(_use(u, index) for u in storage.uses))
-                    for allocate, storage in zip(seq._allocators, seq._plan.storages))  # fmt: skip
-    ring = seq._ring
+        inputs.append((name, tensor, dtype, shape, strides, _uses(uses, st.entry_of, index, st.inputs[pos][0]),
+                       name in st.views))  # fmt: skip
+    outputs = tuple((allocate, _uses(uses, st.entry_of, index, first))
+                    for allocate, (first, uses) in zip(seq._allocators, st.outputs))  # fmt: skip
+    ring = st.ring
     ring_table = (ring.memory.data_ptr(), ring.slots, ring.capacity) if ring is not None else None
-    set_params, graph_launch, set_memcpy, set_memset, sync = _driver.graph_entry_points()
     return _executor._claunch.Replay(
-        tuple(inputs), targets, outputs, seq._exec, seq.device, (set_params, graph_launch, set_memcpy, set_memset, sync),
-        _driver.launch_entry_points()[2], ctypes.addressof(seq._state), ring_table, seq._current, python_replay,
-        _builder(seq), seq._lock, (seq._targets, seq._graph, ring), _executor._exchange_api_types(), seq._get_stream,
+        tuple(inputs), targets, outputs, seq._exec, seq.device, _driver.graph_entry_points(),
+        _driver.launch_entry_points()[2], ctypes.addressof(seq._state), ring_table,
+        (ctypes.addressof(st.words), len(st.uses)), seq._current, python_replay, _builder(seq), seq._lock,
+        (seq._targets, seq._graph, ring, st), _executor._exchange_api_types(), seq._get_stream, st.positional,
+        st.snapshot, st.launch,
     )  # fmt: skip
 
 
-def _use(u: Use, index: dict[int, int]) -> tuple:
-    return (index[u.node], u.offset, u.size, u.slot, u.delta, u.align, u.multiple_of)
+def _uses(uses: list[Use], entry_of: list[int], index: dict[int, int], first: int) -> tuple:
+    """The C table of consecutive uses from index ``first`` (each with its ring entry, or -1)."""
+    return tuple((index[u.node], u.offset, u.size, u.slot, u.delta, u.align, u.multiple_of, entry_of[first + k])
+                 for k, u in enumerate(uses))  # fmt: skip
 
 
 def _target(t: Any, seq: Any) -> tuple:
@@ -63,9 +69,10 @@ def _target(t: Any, seq: Any) -> tuple:
     return (t.kind, t.handle, t.blob, t.context)
 
 
-def _builder(seq: Any) -> Callable[[tuple], Any] | None:
-    """How the compiled replay makes its result from the new outputs: None where the result is the
-    one output as allocated (or None), else the Python replay's own builder."""
+def _builder(seq: Any) -> Callable[[tuple, tuple | None], Any] | None:
+    """How the compiled replay makes its result from the new outputs and the input values it took
+    under the lock: None where the result is the one output as allocated (or None), else the
+    Python replay's own builder."""
     leaves = seq._plan.leaves
     if seq._template is None and not leaves:
         return None
@@ -74,9 +81,9 @@ def _builder(seq: Any) -> Callable[[tuple], Any] | None:
             return None
     me = weakref.ref(seq)
 
-    def build(fresh: tuple) -> Any:
+    def build(fresh: tuple, current: tuple | None) -> Any:
         sequence = me()
         assert sequence is not None  # it holds the replay calling this
-        return _pyreplay.build(sequence, list(fresh))
+        return _pyreplay.build(sequence, list(fresh), current)
 
     return build

@@ -137,9 +137,8 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
     firsts = classify(plan, base, control, probes, values, probed)
     del base, control, probes, fars
     seconds.clear()
-    seq = Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators)
-    seq._positional, seq._parameters = positional, parameters
-    return seq
+    return Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators,
+                    signature=(positional, parameters))  # fmt: skip
 
 
 def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, Any], int, tuple[str, ...]]:
@@ -248,13 +247,15 @@ class Sequence:
 
     def __init__(self, fn: Callable[..., Any], plan: Plan, values: dict[str, Any], device: int,
                  compiled: bool | None = None, *, firsts: list[int] | None = None, rng: bool = False,
-                 generators: tuple = ()):  # fmt: skip
+                 generators: tuple = (), signature: tuple[int, tuple[str, ...]] | None = None):  # fmt: skip
         self.inputs = tuple(values)
         self.device = device
         self._fn = fn  # what the graph's bound tensors belong to: kept as long as the graph
         self._lock = threading.Lock()
         self._positions = {name: i for i, name in enumerate(self.inputs)}
-        self._positional, self._parameters = len(self.inputs), self.inputs  # (record sets fn's own)
+        #: How many of fn's leading parameters are inputs (positional argument i is input i below it),
+        #: and fn's parameter names: a positional argument that lands on another parameter is refused.
+        self._positional, self._parameters = signature or (len(self.inputs), self.inputs)
         self._current = [values[name] for name in self.inputs]  # the one record of what the graph reads
         self._state = (ctypes.c_uint64 * 2)()  # launches so far (the ring's), and "broken"
         function, self.update_note = _updates.updater(device)
@@ -274,6 +275,7 @@ class Sequence:
         self._allocators = _pyreplay.allocators(self)
         self._modules = [n.module for n in self._plan.nodes if n.module is not None]  # kernels stay loaded
         weakref.finalize(self, _drain, self._state, self.device, self._graph, self._ring)
+        self._staged = _pyreplay.replay_state(self)  # what both replays share: the last word of every use
         use = _executor.launch_path()[0] == "compiled" if compiled is None else compiled
         self._replay: Callable[..., Any] = _pyreplay.replay_for(self)
         if use:

@@ -1,16 +1,24 @@
 """How a replay changes the nodes of an instantiated graph: from the device, or from the host.
 
 **From the device** (where it can): the kept graph starts with launchpad's updater node, and every
-kernel node a replay changes is made device-updatable before instantiation. A replay writes its
-changes (``(device node, offset | size << 32, value)`` entries) into one slot of a ring in
-pinned host memory and launches the graph; the updater node reads the slot of its launch and
-applies the entries with ``cudaGraphKernelNodeSetParam`` before any other node starts. The host
+kernel node a replay changes is made device-updatable before instantiation. Every slot of a ring
+in pinned host memory holds one ``(device node, offset | size << 32, value)`` entry per word the
+host ever changes in those nodes (the nodes and places written once, when the sequence is built);
+a replay writes every entry's value into the slot of its launch (the full state: what this replay
+changes, and the last value of everything else, so that nothing that resets the device-side
+changes, such as a host-side update of another node, can bring a recorded value back) and
+launches the graph; the updater node reads the slot of its launch and applies it with
+``cudaGraphKernelNodeSetParam`` before any other node starts. The host
 makes no driver call besides ``cuGraphLaunch``, and the GPU pays one small kernel instead of the
 re-upload of every node changed from the host (measured on an H100 in
 an experiment (``benchmarks/experiments/graph_updates.py`` at f9f7baf, since removed): a 20-node step with new tensors, 27.9 against
 32.0 us per step). The ring's first word is the number of launches the updater has consumed: a
-replay waits before it overwrites a slot whose launch has not started. The updater is compiled
-once per process (NVRTC, then nvJitLink with CUDA's device runtime, ``libcudadevrt.a``).
+replay that finds its slot's last launch not started waits for it by polling that word (never by
+synchronizing the context or the device, which would invalidate another thread's stream capture).
+The second word is zero, or the first failed update (its entry << 32 | the ``cudaError_t``): the
+updater then applies nothing more (a trap would kill the process's CUDA context), and every later
+replay refuses. The updater is compiled once per process (NVRTC, then nvJitLink with CUDA's device
+runtime, ``libcudadevrt.a``).
 
 **From the host** (a copy or memset node, a kernel node the driver will not make device-updatable,
 or no device runtime): the node's whole parameter block (or ``CUDA_MEMCPY3D``,
@@ -22,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,21 +53,28 @@ _COPY_PARAMS = {"memcpy": 200, "memset": 40}
 
 UPDATER_SOURCE = r"""
 // launchpad's updater node: applies one ring slot's entries to the graph's device-updatable nodes.
-// ring: [launches consumed, 0, then a slot per launch: its entry count and `capacity` entries of three
-// words: the device node, offset | size << 32, the value (up to 8 bytes)]. counter: launches so far.
-// Each thread loads its entry and the count together (one round trip to host memory), then applies it.
-extern "C" __global__ void launchpad_apply_updates(const unsigned long long* ring, unsigned long long* counter,
+// ring: [launches consumed, the first failure (entry << 32 | error; 0: none), then a slot per launch: its
+// entry count and `capacity` entries of three words: the device node, offset | size << 32, the value (up
+// to 8 bytes)]. counter: launches so far. Each thread loads its entry and the count together (one round
+// trip to host memory), then applies it.
+extern "C" __global__ void launchpad_apply_updates(unsigned long long* ring, unsigned long long* counter,
                                                    unsigned int slots, unsigned int capacity) {
     unsigned long long launch = *counter;
     const unsigned long long* slot = ring + 2 + (launch % slots) * (1 + 3ull * capacity);
+    volatile unsigned long long* failure = ring + 1;
     for (unsigned int i = threadIdx.x; i < capacity; i += blockDim.x) {
         const unsigned long long* e = slot + 1 + 3ull * i;
-        unsigned long long node = e[0], where = e[1], value = e[2], count = slot[0];
-        if (i >= count) break;
-        // a failed update would leave a node stale: stop the graph rather than run it so
-        if (cudaGraphKernelNodeSetParam((cudaGraphDeviceNode_t)node, where & 0xffffffffull, &value, where >> 32)
-            != cudaSuccess)
-            __trap();
+        unsigned long long node = e[0], where = e[1], value = e[2], count = slot[0], failed = *failure;
+        // after a failure nothing more is applied: the host refuses every later replay (a trap would kill
+        // the process's CUDA context)
+        if (i >= count || failed) break;
+        cudaError_t err = cudaGraphKernelNodeSetParam((cudaGraphDeviceNode_t)node, where & 0xffffffffull, &value,
+                                                      where >> 32);
+        if (err != cudaSuccess) {  // (several threads may fail at once: any one of them is recorded)
+            *failure = (unsigned long long)i << 32 | (unsigned int)err;
+            __threadfence_system();  // seen by the host before the slot is given back
+            break;
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -110,6 +126,12 @@ class Ring:
     def consumed(self) -> int:
         return int(self.words[0])
 
+    @property
+    def failure(self) -> tuple[int, int] | None:
+        """The first device-side update that failed: ``(entry, cudaError_t)``; None while none has."""
+        word = int(self.words[1])
+        return (word >> 32, word & 0xFFFFFFFF) if word else None
+
     def prologue(self, function: int) -> None:
         """Launch the updater on torch's current stream (inside the capture: its first node)."""
         stream = _checks.current_raw_stream(self.device)
@@ -119,17 +141,31 @@ class Ring:
         """The word where launch ``launch``'s slot starts (its count; its entries follow)."""
         return 2 + (launch % self.slots) * self.stride
 
-    def write(self, launch: int, entries: list[tuple[int, int, int, bytes]]) -> None:
-        """Put ``(device node, offset, size, bytes)`` entries in the slot of launch ``launch``."""
+    def fill(self, entries: list[tuple[int, int, int]]) -> None:
+        """Write the ``(device node, offset, size)`` of every entry, and their count, into every slot,
+        once: a replay then writes only the entries' values."""
         if len(entries) > self.capacity:  # (a slot holds every use of every input and output at once)
             raise LaunchpadError(f"{len(entries)} node updates do not fit a ring slot of {self.capacity}")
+        for launch in range(self.slots):
+            base = self.slot(launch)
+            for k, (devnode, offset, size) in enumerate(entries):
+                self.words[base + 1 + 3 * k] = devnode
+                self.words[base + 2 + 3 * k] = offset | size << 32
+            self.words[base] = len(entries)
+
+    def put(self, launch: int, values: list[Any]) -> None:
+        """The value of every entry (as :meth:`fill` ordered them) into the slot of launch ``launch``."""
         base = self.slot(launch)
-        for k, (devnode, offset, size, data) in enumerate(entries):
-            at = base + 1 + 3 * k
-            self.words[at] = devnode
-            self.words[at + 1] = offset | size << 32
-            self.words[at + 2] = int.from_bytes(data.ljust(8, b"\0"), "little")
-        self.words[base] = len(entries)
+        self.words[base + 3 : base + 3 + 3 * len(values) : 3] = values
+
+    def wait(self, launch: int) -> None:
+        """Until launch ``launch``'s slot is free (the updater has started the launch that used it
+        last) or an update has failed. Polled: a context- or device-wide synchronization would
+        invalidate another thread's stream capture."""
+        pause = 0.0
+        while launch - self.words[0] >= self.slots and not self.words[1]:
+            time.sleep(pause)  # (the GIL goes: the thread that launches, and the device, go on)
+            pause = min(2 * pause or 1e-6, 1e-3)
 
 
 @dataclass

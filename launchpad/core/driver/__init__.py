@@ -50,6 +50,7 @@ from .graphs import (
     node_kind,
     set_copy_node,
     set_kernel_node_params,
+    stream_is_capturing,
 )
 from .launch import cuLaunchKernel, entry_points, launch_entry_points, launch_ex, launch_failed, launch_kernel
 from .memory import (
@@ -136,6 +137,7 @@ __all__ = [
     "set_kernel_node_params",
     "set_max_dynamic_shared",
     "set_oversized_shared",
+    "stream_is_capturing",
     "stream_wait",
     "synchronize",
     "synchronize_device",

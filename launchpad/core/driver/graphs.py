@@ -32,6 +32,7 @@ __all__ = [
     "node_kind",
     "set_copy_node",
     "set_kernel_node_params",
+    "stream_is_capturing",
 ]
 
 _NT = _cu.CUgraphNodeType
@@ -186,10 +187,17 @@ def graph_launch(exec_: int, stream: int) -> None:
     check(_cu.cuGraphLaunch(_cu.CUgraphExec(exec_), _cu.CUstream(stream)), "cuGraphLaunch")
 
 
+def stream_is_capturing(stream: int) -> bool:
+    """``cuStreamIsCapturing``: whether a stream is capturing a graph (an invalidated capture too:
+    it is still under way until it ends)."""
+    status = check(_cu.cuStreamIsCapturing(_cu.CUstream(stream)), "cuStreamIsCapturing")
+    return status != _cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+
+
 def graph_entry_points() -> tuple[int, int, int, int, int]:
     """The addresses of ``cuGraphExecKernelNodeSetParams`` (the v2 parameter struct of CUDA 12+),
     ``cuGraphLaunch``, ``cuGraphExecMemcpyNodeSetParams``, ``cuGraphExecMemsetNodeSetParams`` and
-    ``cuCtxSynchronize``, which the compiled replay calls directly."""
+    ``cuStreamIsCapturing``, which the compiled replay calls directly."""
     found = entry_points("cuGraphExecKernelNodeSetParams", "cuGraphLaunch", "cuGraphExecMemcpyNodeSetParams",
-                         "cuGraphExecMemsetNodeSetParams", "cuCtxSynchronize")  # fmt: skip
+                         "cuGraphExecMemsetNodeSetParams", "cuStreamIsCapturing")  # fmt: skip
     return found[0], found[1], found[2], found[3], found[4]

@@ -241,6 +241,10 @@ int lp_pack_scalar(char *at, const Slot *slot, PyObject *obj, int64_t multiple_o
 /* values.c: a Python int in [lo, hi] (exact int only; bools refused). */
 int lp_small_int(PyObject *obj, long lo, long hi, long *out);
 
+/* launcher.c: torch's current stream on ``device``: ``get_stream(device)`` where given (tests), else
+ * the DLPack exchange API's current_work_stream (a CUDA device only). LP_OK and *out, or
+ * LP_FALLBACK; never raises. */
+int lp_current_stream(PyObject *get_stream, const DLPackExchangeAPI *api, int device, void **out);
 /* launcher.c: launch with grid, block and args already split out; a new reference or NULL. */
 /* plan.c: building a Launcher from its plan, and its lifetime */
 PyObject *lp_launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs);

@@ -202,26 +202,7 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     LP_MARK(2);
     LP_UNMARK(3);
     if (stream == NULL || stream == Py_None) {
-        if (self->get_stream != NULL) {
-            PyObject *dev = PyLong_FromLong(L.device);
-            PyObject *s = dev ? PyObject_CallOneArg(self->get_stream, dev) : NULL;
-            Py_XDECREF(dev);
-            if (s == NULL || !PyLong_Check(s)) {
-                Py_XDECREF(s);
-                PyErr_Clear();
-                goto done;
-            }
-            L.stream = PyLong_AsVoidPtr(s);
-            Py_DECREF(s);
-            if (PyErr_Occurred()) {
-                PyErr_Clear();
-                goto done;
-            }
-        } else if (L.device < 0 || self->api->current_work_stream == NULL ||
-                   self->api->current_work_stream(kDLCUDA, L.device, &L.stream) != 0) {
-            PyErr_Clear();
-            goto done;
-        }
+        if (lp_current_stream(self->get_stream, self->api, L.device, &L.stream) != LP_OK) goto done;
     } else if (PyLong_CheckExact(stream)) {  /* a raw handle on the current device (0: the legacy default) */
         L.stream = PyLong_AsVoidPtr(stream);
         if (PyErr_Occurred()) {
@@ -278,6 +259,32 @@ done:
     PyErr_Clear();
 fallback:
     return lp_fallback(self, grid, block, args, nargs, stream, shared_mem);
+}
+
+int lp_current_stream(PyObject *get_stream, const DLPackExchangeAPI *api, int device, void **out) {
+    if (get_stream != NULL) {
+        PyObject *dev = PyLong_FromLong(device);
+        PyObject *s = dev ? PyObject_CallOneArg(get_stream, dev) : NULL;
+        Py_XDECREF(dev);
+        if (s == NULL || !PyLong_Check(s)) {
+            Py_XDECREF(s);
+            PyErr_Clear();
+            return LP_FALLBACK;
+        }
+        *out = PyLong_AsVoidPtr(s);
+        Py_DECREF(s);
+        if (PyErr_Occurred()) {
+            PyErr_Clear();
+            return LP_FALLBACK;
+        }
+        return LP_OK;
+    }
+    if (device < 0 || api == NULL || api->current_work_stream == NULL ||
+        api->current_work_stream(kDLCUDA, device, out) != 0) {
+        PyErr_Clear();
+        return LP_FALLBACK;
+    }
+    return LP_OK;
 }
 
 PyObject *lp_fallback(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,

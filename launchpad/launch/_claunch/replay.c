@@ -1,26 +1,88 @@
 /* The Replay type: a recorded sequence's replay (launchpad/sequences/pyreplay.py is its reference).
  *
  * The Python side found where each input and output goes (uses: a target node, an offset, a size,
- * a slot kind) and made each target once: a device node (its changes go into the ring slot the
- * graph's updater node reads), a kernel node's parameter block, or a copy node's parameter struct.
- * A replay checks every new value first (a tensor's device, dtype, shape, strides and alignment,
- * read through DLPack; a scalar packed as a launch packs it), gives each output new memory (the
- * sequence's allocators), and only then, under the sequence's lock, writes the ring slot and the
- * host targets, hands those to the driver, launches the graph on torch's current stream (the GIL
- * released around the driver calls) and records the new values in the sequence's one list of
- * current values. A failed driver call restores every host target first. Anything it does not
- * take, or any refusal, goes to the Python replay, which words the error.
+ * a slot kind, and for a device target's use its entry in every ring slot) and made each target
+ * once: a device node (its changes go into the ring slot the graph's updater node reads), a kernel
+ * node's parameter block, or a copy node's parameter struct. A replay checks every new value first
+ * (a tensor's device, dtype, shape, strides and alignment, read through DLPack; a scalar packed as
+ * a launch packs it), refuses a stream that is capturing, gives each output new memory (the
+ * sequence's allocators), and only then, under the sequence's lock, writes the full ring slot (the
+ * new words, and the last staged word of every other use: ReplayState.words, shared with Python)
+ * and the host targets, hands those to the driver, launches the graph on torch's current stream
+ * (the GIL released around the driver calls; or torch's graph replay where the step draws random
+ * numbers), records the new values in the sequence's one list of current values and takes them for
+ * the result. A failed driver call restores every host target first. Anything it does not take, or
+ * any refusal, goes to the Python replay, which words the error.
  */
 #include "replay.h"
 
+#include <sched.h>
 #include <string.h>
+#include <time.h>
+
+/* One call's memory, cut from one block: the C stack's, or one allocation beyond it. */
+typedef struct {
+    uint64_t *value;     /* per change: the use's new word */
+    uint64_t *undo;      /* per change of a host target: the bytes it replaced */
+    Py_ssize_t *given;   /* per value given (positional ones, then keywords'): its input */
+    PyObject **old;      /* the current values replaced, released once the lock is */
+    PyObject **fresh;    /* each output's new memory */
+    uint32_t *changed;   /* per change: its use */
+    char *dirty;         /* per target: host bytes changed */
+    Py_ssize_t ngiven, nchanged, nold;
+} Call;
+
+size_t lp_replay_block_size(const Replay *self) {
+    size_t words = 2 * (size_t)self->nuses, slots = (size_t)(2 * self->ninputs + self->noutputs);
+    return words * sizeof(uint64_t) + slots * sizeof(void *) + (size_t)self->nuses * sizeof(uint32_t) +
+           (size_t)self->ntargets + 1;
+}
+
+static void cut(const Replay *self, char *block, Call *c) {
+    c->value = (uint64_t *)block;
+    c->undo = c->value + self->nuses;
+    c->given = (Py_ssize_t *)(c->undo + self->nuses);
+    c->old = (PyObject **)(c->given + self->ninputs);
+    c->fresh = c->old + self->ninputs;
+    c->changed = (uint32_t *)(c->fresh + self->noutputs);
+    c->dirty = (char *)(c->changed + self->nuses);
+    c->ngiven = c->nchanged = c->nold = 0;
+    memset(c->fresh, 0, sizeof(PyObject *) * (size_t)self->noutputs);
+}
+
+/* A word of the ring, which the device writes. */
+static uint64_t ring_word(const Replay *self, int i) { return ((volatile const uint64_t *)self->ring)[i]; }
 
 static PyObject *fallback(Replay *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyErr_Clear();
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
 }
 
-/* Check a new tensor against an input and stage each use's pointer (8 bytes a use). */
+/* Which input each value is: positional ones by position, keywords by name (interned: compared by
+ * identity first); an unknown name, or one given twice, goes to Python. */
+static int bind(Replay *self, Py_ssize_t nargs, PyObject *kwnames, Call *c) {
+    for (Py_ssize_t i = 0; i < nargs; i++) c->given[c->ngiven++] = i;
+    for (Py_ssize_t k = 0; kwnames != NULL && k < PyTuple_GET_SIZE(kwnames); k++) {
+        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
+        Py_ssize_t found = -1;
+        for (Py_ssize_t i = 0; i < self->ninputs && found < 0; i++) {
+            if (self->inputs[i].name == key) found = i;
+        }
+        for (Py_ssize_t i = 0; i < self->ninputs && found < 0; i++) {
+            int eq = PyUnicode_Compare(self->inputs[i].name, key) == 0;
+            if (PyErr_Occurred()) return LP_FALLBACK;
+            if (eq) found = i;
+        }
+        if (found < nargs) return LP_FALLBACK;  /* unknown, or given positionally too */
+        for (Py_ssize_t j = nargs; j < c->ngiven; j++) {
+            if (c->given[j] == found) return LP_FALLBACK;
+        }
+        c->given[c->ngiven++] = found;
+    }
+    return LP_OK;
+}
+
+/* Check a new tensor against an input and stage each use's pointer. */
 static int stage_tensor(Replay *self, const Input *in, PyObject *value, uint64_t *staged) {
     DLTensor t;
     if (lp_read_tensor(self->api, self->tensor_types, value, &t) != LP_OK || !lp_on_device(&t, self->device) ||
@@ -32,23 +94,70 @@ static int stage_tensor(Replay *self, const Input *in, PyObject *value, uint64_t
         expected *= t.shape[d];
     }
     uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
+    const Use *uses = self->uses + in->first;
     for (Py_ssize_t u = 0; u < in->nuses; u++) {
-        uint64_t at = address + (uint64_t)in->uses[u].delta;
-        if (in->uses[u].align && at % (uint64_t)in->uses[u].align) return LP_FALLBACK;
+        uint64_t at = address + (uint64_t)uses[u].delta;
+        if (uses[u].align && at % (uint64_t)uses[u].align) return LP_FALLBACK;
         staged[u] = at;
     }
     return LP_OK;
 }
 
 static int stage(Replay *self, const Input *in, PyObject *value, uint64_t *staged) {
+    if (in->python_only) return LP_FALLBACK;
     if (in->is_tensor) return stage_tensor(self, in, value, staged);
     if (!PyLong_CheckExact(value) && !PyFloat_CheckExact(value) && !PyBool_Check(value)) return LP_FALLBACK;
+    const Use *uses = self->uses + in->first;
     for (Py_ssize_t u = 0; u < in->nuses; u++) {
-        staged[u] = 0;
-        if (lp_pack_scalar((char *)&staged[u], &in->uses[u].slot, value, in->uses[u].multiple_of) != LP_OK)
-            return LP_FALLBACK;
+        staged[u] = 0;  /* (the bytes past the slot's size stay zero, as Python's word has them) */
+        if (lp_pack_scalar((char *)&staged[u], &uses[u].slot, value, uses[u].multiple_of) != LP_OK) return LP_FALLBACK;
     }
     return LP_OK;
+}
+
+static int stage_inputs(Replay *self, PyObject *const *args, Call *c) {
+    for (Py_ssize_t j = 0; j < c->ngiven; j++) {
+        const Input *in = &self->inputs[c->given[j]];
+        if (stage(self, in, args[j], c->value + c->nchanged) != LP_OK) return LP_FALLBACK;
+        for (Py_ssize_t u = 0; u < in->nuses; u++) c->changed[c->nchanged++] = (uint32_t)(in->first + u);
+    }
+    return LP_OK;
+}
+
+/* New memory for each output, and every word that points into it. */
+static int stage_outputs(Replay *self, Call *c) {
+    for (Py_ssize_t s = 0; s < self->noutputs; s++) {
+        const Output *out = &self->outputs[s];
+        DLTensor t;
+        c->fresh[s] = PyObject_CallNoArgs(out->allocate);
+        if (c->fresh[s] == NULL || lp_read_tensor(self->api, self->tensor_types, c->fresh[s], &t) != LP_OK)
+            return LP_FALLBACK;
+        uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
+        for (Py_ssize_t u = 0; u < out->nuses; u++) {
+            c->value[c->nchanged] = address + (uint64_t)self->uses[out->first + u].delta;
+            c->changed[c->nchanged++] = (uint32_t)(out->first + u);
+        }
+    }
+    return LP_OK;
+}
+
+/* Until the slot of launch ``launch`` is free (the updater started the launch that used it last), or
+ * an update failed: polled with the GIL released, never a context- or device-wide synchronization
+ * (which would invalidate another thread's stream capture). */
+static int wait_for_slot(Replay *self, uint64_t launch) {
+    if (launch - ring_word(self, R_CONSUMED) < self->slots) return LP_OK;
+    Py_BEGIN_ALLOW_THREADS
+    for (unsigned int spins = 0;
+         launch - ring_word(self, R_CONSUMED) >= self->slots && ring_word(self, R_FAILURE) == 0; spins++) {
+        if (spins < 64) {
+            sched_yield();
+        } else {
+            struct timespec pause = {0, spins < 1024 ? 1000 : 100000};
+            nanosleep(&pause, NULL);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    return ring_word(self, R_FAILURE) == 0 ? LP_OK : LP_FALLBACK;
 }
 
 static CUresult apply_target(Replay *self, const Target *t) {
@@ -56,185 +165,136 @@ static CUresult apply_target(Replay *self, const Target *t) {
     return (t->kind == T_MEMCPY ? self->set_memcpy : self->set_memset)(self->exec, t->handle, t->blob, t->ctx);
 }
 
-/* Under the lock: the ring slot, the host targets, the launch; every host target restored on failure. */
-static int commit(Replay *self, Use **uses, uint64_t *staged, Py_ssize_t n, uint64_t *undo, char *dirty,
-                  void *stream) {
+/* Every host target's bytes back, in the driver too (the GIL released): the targets before
+ * ``failed_at`` took the new bytes. */
+static void restore(Replay *self, Call *c, Py_ssize_t failed_at) {
+    for (Py_ssize_t j = c->nchanged - 1; j >= 0; j--) {
+        const Use *use = &self->uses[c->changed[j]];
+        const Target *t = &self->targets[use->target];
+        if (t->kind != T_DEVICE) memcpy(t->blob + use->offset, &c->undo[j], use->slot.size);
+    }
+    for (Py_ssize_t i = 0; i < failed_at; i++) {
+        if (c->dirty[i] && apply_target(self, &self->targets[i]) != 0) self->state[S_BROKEN] = 1;
+    }
+}
+
+/* Under the lock: the ring slot (the full state), the host targets, the launch; every host target
+ * restored on failure. */
+static int commit(Replay *self, Call *c, void *stream) {
     uint64_t launch = self->state[S_LAUNCHES];
-    if (self->ring != NULL && launch - self->ring[0] >= self->slots) {  /* that slot's launch has not started */
-        CUresult err;
-        Py_BEGIN_ALLOW_THREADS
-        err = self->sync();  /* the device, not a stream: the last launch's may be gone (a thread's own) */
-        Py_END_ALLOW_THREADS
-        if (err != 0 || launch - self->ring[0] >= self->slots) return LP_FALLBACK;
-    }
-    uint64_t count = 0, *slot = NULL, *entries = NULL;  /* a slot: its count, then its entries */
     if (self->ring != NULL) {
-        slot = self->ring + 2 + (launch % self->slots) * (1 + 3 * self->capacity);
-        entries = slot + 1;
-    }
-    memset(dirty, 0, (size_t)self->ntargets);
-    for (Py_ssize_t k = 0; k < n; k++) {
-        const Use *use = uses[k];
-        Target *t = &self->targets[use->target];
-        if (t->kind == T_DEVICE) {
-            if (entries == NULL || count >= self->capacity) return LP_FALLBACK;
-            entries[3 * count] = (uint64_t)(uintptr_t)t->handle;
-            entries[3 * count + 1] = use->offset | (uint64_t)use->slot.size << 32;
-            entries[3 * count + 2] = staged[k];
-            count++;
-            continue;
+        if (wait_for_slot(self, launch) != LP_OK) return LP_FALLBACK;
+        uint64_t *slot = self->ring + 2 + (launch % self->slots) * (1 + 3 * self->capacity);
+        uint64_t *values = slot + 3;  /* an entry's value is its third word */
+        for (Py_ssize_t k = 0; k < self->nentries; k++) values[3 * k] = self->staged[self->entry_use[k]];
+        for (Py_ssize_t j = 0; j < c->nchanged; j++) {
+            int32_t entry = self->uses[c->changed[j]].entry;
+            if (entry >= 0) values[3 * (size_t)entry] = c->value[j];
         }
-        memcpy(&undo[k], t->blob + use->offset, use->slot.size);
-        memcpy(t->blob + use->offset, &staged[k], use->slot.size);
-        dirty[use->target] = 1;
+        slot[0] = (uint64_t)self->nentries;
     }
-    if (slot != NULL) *slot = count;
+    memset(c->dirty, 0, (size_t)self->ntargets);
+    for (Py_ssize_t j = 0; j < c->nchanged; j++) {
+        const Use *use = &self->uses[c->changed[j]];
+        Target *t = &self->targets[use->target];
+        if (t->kind == T_DEVICE) continue;
+        memcpy(&c->undo[j], t->blob + use->offset, use->slot.size);
+        memcpy(t->blob + use->offset, &c->value[j], use->slot.size);
+        c->dirty[use->target] = 1;
+    }
     CUresult err = 0;
-    Py_ssize_t failed_at = self->ntargets;  /* the targets before it took their new bytes */
+    Py_ssize_t failed_at = self->ntargets;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < self->ntargets; i++) {
-        if (dirty[i] && (err = apply_target(self, &self->targets[i])) != 0) {
+        if (c->dirty[i] && (err = apply_target(self, &self->targets[i])) != 0) {
             failed_at = i;
             break;
         }
     }
-    if (err == 0) err = self->graph_launch(self->exec, stream);
-    if (err != 0) {  /* every host target back as it was, in the driver too */
-        for (Py_ssize_t k = n - 1; k >= 0; k--) {
-            const Target *t = &self->targets[uses[k]->target];
-            if (t->kind != T_DEVICE) memcpy(t->blob + uses[k]->offset, &undo[k], uses[k]->slot.size);
-        }
-        for (Py_ssize_t i = 0; i < failed_at; i++) {
-            if (dirty[i] && apply_target(self, &self->targets[i]) != 0) self->state[S_BROKEN] = 1;
-        }
-    }
+    if (err == 0 && self->launch == NULL) err = self->graph_launch(self->exec, stream);
+    if (err != 0) restore(self, c, failed_at);
     Py_END_ALLOW_THREADS
     if (err != 0) return LP_FALLBACK;  /* the Python replay updates again and raises the CudaError */
+    if (self->launch != NULL) {  /* torch's graph replay: the generators' seeds and offsets, then the launch */
+        PyObject *r = PyObject_CallNoArgs(self->launch);
+        if (r == NULL) {
+            PyErr_Clear();  /* the Python replay calls it again and raises */
+            Py_BEGIN_ALLOW_THREADS
+            restore(self, c, self->ntargets);
+            Py_END_ALLOW_THREADS
+            return LP_FALLBACK;
+        }
+        Py_DECREF(r);
+    }
+    for (Py_ssize_t j = 0; j < c->nchanged; j++) self->staged[c->changed[j]] = c->value[j];
     self->state[S_LAUNCHES] = launch + 1;
     return LP_OK;
+}
+
+static PyObject *result_of(Replay *self, Call *c, PyObject *snapshot) {
+    if (self->build == NULL) return Py_NewRef(self->noutputs ? c->fresh[0] : Py_None);
+    PyObject *fresh = PyTuple_New(self->noutputs);
+    if (fresh == NULL) return NULL;
+    for (Py_ssize_t s = 0; s < self->noutputs; s++) PyTuple_SET_ITEM(fresh, s, Py_NewRef(c->fresh[s]));
+    PyObject *argv[2] = {fresh, snapshot != NULL ? snapshot : Py_None};
+    PyObject *result = PyObject_Vectorcall(self->build, argv, 2, NULL);
+    Py_DECREF(fresh);
+    return result;
 }
 
 PyObject *Replay_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     Replay *self = (Replay *)o;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf), nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-    if (nargs > self->ninputs || nargs + nkw > self->ninputs || self->state[S_BROKEN])
+    if (nargs > self->npositional || nargs + nkw > self->ninputs || self->state[S_BROKEN] ||
+        (self->ring != NULL && ring_word(self, R_FAILURE) != 0))
         return fallback(self, args, nargsf, kwnames);
-    Py_ssize_t ngiven = 0, total = 0, nfresh = 0;
-    Py_ssize_t *given = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(self->ninputs + 1));
-    PyObject **fresh = PyMem_Calloc((size_t)self->noutputs + 1, sizeof(PyObject *));
-    uint64_t *staged = NULL, *undo = NULL;
-    Use **uses = NULL;
-    char *dirty = NULL;
-    PyObject *result = NULL;
+    uint64_t local[REPLAY_STACK_BYTES / sizeof(uint64_t)];
+    char *heap = NULL;
+    if (self->block_size > sizeof local && (heap = PyMem_Malloc(self->block_size)) == NULL) return PyErr_NoMemory();
+    Call c;
+    cut(self, heap != NULL ? heap : (char *)local, &c);
+    PyObject *result = NULL, *snapshot = NULL, *got = NULL;
     void *stream = NULL;
-    int ordinal = -1, locked = 0;
-    if (given == NULL || fresh == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    for (Py_ssize_t i = 0; i < nargs; i++) given[ngiven++] = i;
-    for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        Py_ssize_t found = -1;
-        for (Py_ssize_t i = 0; i < self->ninputs && found < 0; i++) {
-            if (self->inputs[i].name == key) found = i;
-        }
-        for (Py_ssize_t i = 0; i < self->ninputs && found < 0; i++) {
-            int eq = PyUnicode_Compare(self->inputs[i].name, key) == 0;
-            if (PyErr_Occurred()) goto slow;
-            if (eq) found = i;
-        }
-        if (found < nargs) goto slow;  /* unknown, or twice */
-        for (Py_ssize_t j = nargs; j < ngiven; j++) {
-            if (given[j] == found) goto slow;
-        }
-        given[ngiven++] = found;
-    }
-    for (Py_ssize_t j = 0; j < ngiven; j++) total += self->inputs[given[j]].nuses;
-    for (Py_ssize_t s = 0; s < self->noutputs; s++) total += self->outputs[s].nuses;
-    staged = PyMem_Calloc((size_t)total + 1, sizeof(uint64_t));
-    undo = PyMem_Calloc((size_t)total + 1, sizeof(uint64_t));
-    uses = PyMem_Calloc((size_t)total + 1, sizeof(Use *));
-    dirty = PyMem_Calloc((size_t)self->ntargets + 1, 1);
-    if (staged == NULL || undo == NULL || uses == NULL || dirty == NULL) {
-        PyErr_NoMemory();
-        goto out;
-    }
-    Py_ssize_t at = 0;
-    for (Py_ssize_t j = 0; j < ngiven; j++) {
-        const Input *in = &self->inputs[given[j]];
-        PyObject *value = args[j];  /* the keywords' values follow the positional ones, in given's order */
-        if (stage(self, in, value, staged + at) != LP_OK) goto slow;
-        for (Py_ssize_t u = 0; u < in->nuses; u++) uses[at + u] = &in->uses[u];
-        at += in->nuses;
-    }
-    /* the graph belongs to its device: replay there, on torch's current stream */
+    int ordinal = -1, capturing = 0, locked = 0;
+    if (bind(self, nargs, kwnames, &c) != LP_OK || stage_inputs(self, args, &c) != LP_OK) goto slow;
+    /* the graph belongs to its device: replay there, on torch's current stream, unless it captures */
     if (self->ctx_get_device == NULL || self->ctx_get_device(&ordinal) != 0 || ordinal != self->device) goto slow;
-    if (self->get_stream != NULL) {
-        PyObject *dev = PyLong_FromLong(self->device);
-        PyObject *s = dev ? PyObject_CallOneArg(self->get_stream, dev) : NULL;
-        Py_XDECREF(dev);
-        stream = s ? PyLong_AsVoidPtr(s) : NULL;
-        Py_XDECREF(s);
-        if (PyErr_Occurred()) goto slow;
-    } else if (self->api == NULL || self->api->current_work_stream(kDLCUDA, self->device, &stream) != 0) {
-        goto slow;
-    }
-    for (Py_ssize_t s = 0; s < self->noutputs; s++, nfresh++) {  /* new memory for each output */
-        const Output *out = &self->outputs[s];
-        DLTensor t;
-        fresh[s] = PyObject_CallNoArgs(out->allocate);
-        if (fresh[s] == NULL || lp_read_tensor(self->api, self->tensor_types, fresh[s], &t) != LP_OK) goto slow;
-        for (Py_ssize_t u = 0; u < out->nuses; u++) {
-            staged[at + u] = (uint64_t)(uintptr_t)t.data + t.byte_offset + (uint64_t)out->uses[u].delta;
-            uses[at + u] = &out->uses[u];
-        }
-        at += out->nuses;
-    }
-    PyObject *got = PyObject_CallMethod(self->lock, "acquire", NULL);
-    if (got == NULL) goto out;
+    if (lp_current_stream(self->get_stream, self->api, self->device, &stream) != LP_OK) goto slow;
+    if (self->is_capturing(stream, &capturing) != 0 || capturing != 0) goto slow;
+    if (stage_outputs(self, &c) != LP_OK) goto slow;
+    if ((got = PyObject_CallNoArgs(self->acquire)) == NULL) goto out;
     Py_DECREF(got);
     locked = 1;
-    if (commit(self, uses, staged, at, undo, dirty, stream) != LP_OK) goto slow;
-    for (Py_ssize_t j = 0; j < ngiven; j++) {  /* the new values are current: the replaced ones go */
-        if (PyList_SetItem(self->current, given[j], Py_NewRef(args[j])) < 0) goto out;
+    if (PyList_GET_SIZE(self->current) != self->ninputs || commit(self, &c, stream) != LP_OK) goto slow;
+    for (Py_ssize_t j = 0; j < c.ngiven; j++) {  /* the new values are current (the list's references move) */
+        c.old[c.nold++] = PyList_GET_ITEM(self->current, c.given[j]);
+        PyList_SET_ITEM(self->current, c.given[j], Py_NewRef(args[j]));
     }
-    got = PyObject_CallMethod(self->lock, "release", NULL);
+    /* what the result is built from, taken before another replay can change it */
+    if (self->snapshot && (snapshot = PyList_AsTuple(self->current)) == NULL) goto out;
     locked = 0;
-    if (got == NULL) goto out;
+    if ((got = PyObject_CallNoArgs(self->release)) == NULL) goto out;
     Py_DECREF(got);
-    if (self->build != NULL) {
-        PyObject *tuple = PyTuple_New(self->noutputs);
-        if (tuple == NULL) goto out;
-        for (Py_ssize_t s = 0; s < self->noutputs; s++) PyTuple_SET_ITEM(tuple, s, Py_NewRef(fresh[s]));
-        result = PyObject_CallOneArg(self->build, tuple);
-        Py_DECREF(tuple);
-    } else {
-        result = Py_NewRef(self->noutputs ? fresh[0] : Py_None);
-    }
+    result = result_of(self, &c, snapshot);
     goto out;
 slow:
     if (locked) {
-        PyObject *r = PyObject_CallMethod(self->lock, "release", NULL);
         locked = 0;
-        if (r == NULL) goto out;
-        Py_DECREF(r);
+        if ((got = PyObject_CallNoArgs(self->release)) == NULL) goto out;
+        Py_DECREF(got);
     }
     result = fallback(self, args, nargsf, kwnames);
 out:
     if (locked) {
         PyObject *type, *value, *trace;
         PyErr_Fetch(&type, &value, &trace);
-        PyObject *r = PyObject_CallMethod(self->lock, "release", NULL);
-        Py_XDECREF(r);
+        Py_XDECREF(PyObject_CallNoArgs(self->release));
         PyErr_Restore(type, value, trace);
     }
-    for (Py_ssize_t s = 0; fresh != NULL && s < self->noutputs; s++) Py_XDECREF(fresh[s]);
-    PyMem_Free(fresh);
-    PyMem_Free(given);
-    PyMem_Free(staged);
-    PyMem_Free(undo);
-    PyMem_Free(uses);
-    PyMem_Free(dirty);
+    /* (released once unlocked: a finalizer may replay this sequence) */
+    for (Py_ssize_t j = 0; j < c.nold; j++) Py_DECREF(c.old[j]);
+    for (Py_ssize_t s = 0; s < self->noutputs; s++) Py_XDECREF(c.fresh[s]);
+    Py_XDECREF(snapshot);
+    PyMem_Free(heap);
     return result;
 }

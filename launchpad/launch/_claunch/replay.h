@@ -17,72 +17,88 @@ typedef struct {
 typedef CUresult (*SetParamsFn)(void *exec, void *node, const NodeParams *params);
 typedef CUresult (*SetCopyFn)(void *exec, void *node, const void *params, void *ctx);
 typedef CUresult (*GraphLaunchFn)(void *exec, void *stream);
-typedef CUresult (*SyncFn)(void);  /* cuCtxSynchronize */
+typedef CUresult (*IsCapturingFn)(void *stream, int *status);  /* cuStreamIsCapturing; 0: not capturing */
 
 enum { T_DEVICE, T_KERNEL, T_MEMCPY, T_MEMSET };  /* as launchpad/sequences/updates.py numbers them */
 enum { S_LAUNCHES, S_BROKEN };                     /* the words of Sequence._state */
+enum { R_CONSUMED, R_FAILURE };                    /* the ring's first words (updates.py) */
+
+/* Per-call memory on the C stack up to this many bytes (the common small sequence); beyond, one
+ * PyMem_Malloc a call. */
+enum { REPLAY_STACK_BYTES = 2048 };
 
 typedef struct {
     uint32_t target, offset;
+    int32_t entry;      /* its entry in every ring slot (a device target's use), or -1 */
     Slot slot;
     int64_t delta, align, multiple_of;
 } Use;
 
 typedef struct {
-    int kind;
     void *handle;       /* the graph node; T_DEVICE: the device node */
     char *blob;         /* host targets: the block or struct the driver is handed (a bytearray in keep) */
     Py_ssize_t size;    /* bytes a use may reach */
     void *ctx;
+    int kind;
     NodeParams params;  /* T_KERNEL */
 } Target;
 
 typedef struct {
     PyObject *name;
     int is_tensor;
+    int python_only;    /* returned as a view a new value may misplace: the Python replay checks it */
     uint32_t dtype;
     int ndim;
     int64_t *shape, *strides;  /* 2 * ndim, owned */
-    Use *uses;
-    Py_ssize_t nuses;
+    Py_ssize_t first, nuses;   /* its uses: Replay.uses[first, first + nuses) */
 } Input;
 
 typedef struct {
     PyObject *allocate;  /* () -> a tensor of new memory */
-    Use *uses;
-    Py_ssize_t nuses;
+    Py_ssize_t first, nuses;
 } Output;
 
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
     Input *inputs;
-    Py_ssize_t ninputs;
-    Target *targets;
-    Py_ssize_t ntargets;
+    Py_ssize_t ninputs, npositional;  /* positional argument i is input i for i < npositional */
     Output *outputs;
     Py_ssize_t noutputs;
+    Use *uses;              /* every use: the inputs', in order, then the outputs' */
+    Py_ssize_t nuses;
+    uint32_t *entry_use;    /* per ring slot entry: its use */
+    Py_ssize_t nentries;
+    Target *targets;
+    Py_ssize_t ntargets;
     void *exec;
     int device;
+    int snapshot;           /* the result holds inputs: the current values are taken under the lock */
     SetParamsFn set_params;
     GraphLaunchFn graph_launch;
     SetCopyFn set_memcpy, set_memset;
-    SyncFn sync;
+    IsCapturingFn is_capturing;
     CtxGetDeviceFn ctx_get_device;
     uint64_t *state;        /* Sequence._state */
-    uint64_t *ring;         /* [consumed, 0, (count, capacity entries) x slots], or NULL: no device targets */
+    uint64_t *staged;       /* ReplayState.words: the last word staged for each use, shared with Python */
+    uint64_t *ring;         /* [consumed, failure, (count, capacity entries) x slots], or NULL: no device targets */
     uint64_t slots, capacity;
+    size_t block_size;      /* one call's memory (see replay.c's Call) */
     PyObject *current;      /* the sequence's list of current values */
     PyObject *fallback;     /* the Python replay: every refusal and everything not taken here */
-    PyObject *build;        /* (fresh outputs) -> result; NULL: return the one output (or None) */
+    PyObject *build;        /* (fresh outputs, current values or None) -> result; NULL: the one output (or None) */
+    PyObject *launch;       /* () -> None launching the graph instead of cuGraphLaunch (torch's replay), or NULL */
     PyObject *get_stream;   /* (device) -> int, or NULL: DLPack's current_work_stream (tests give one) */
     PyObject *lock;         /* the sequence's threading.Lock, shared with the Python replay */
-    PyObject *keep;         /* what the targets' blobs live in */
+    PyObject *acquire, *release;  /* its methods, looked up once */
+    PyObject *keep;         /* what the targets' blobs, the ring and the staged words live in */
     PyObject *tensor_types;
     const DLPackExchangeAPI *api;
 } Replay;
 
 /* replay.c: a replay (the type's vectorcall). */
 PyObject *Replay_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, PyObject *kwnames);
+/* replay.c: the bytes one call's memory takes (set at construction). */
+size_t lp_replay_block_size(const Replay *self);
 
 #endif

@@ -1,43 +1,60 @@
 /* The Replay type's construction and lifetime (see replay.c; launchpad/sequences/creplay.py builds
- * the tuples). Every table is checked here: a use's target, its slot, and that it lies inside
- * its target's block, so a replay never writes outside one. */
+ * the tuples). Every table is checked here: a use's target, its slot, that it lies inside its
+ * target's block, and that the ring entries are the device targets' uses, each once and all in a
+ * slot; so a replay never writes outside a block or a slot. */
 #include "replay.h"
 
 static int parse_use(PyObject *t, Use *use, const Replay *self) {
     unsigned int target, offset, size, kind;
     long long delta, align, multiple_of;
-    if (!PyArg_ParseTuple(t, "IIIILLL", &target, &offset, &size, &kind, &delta, &align, &multiple_of)) return -1;
+    int entry;
+    if (!PyArg_ParseTuple(t, "IIIILLLi", &target, &offset, &size, &kind, &delta, &align, &multiple_of, &entry))
+        return -1;
     if (target >= self->ntargets || size == 0 || size > 8 || kind > SK_UNTYPED ||
-        (Py_ssize_t)offset + (Py_ssize_t)size > self->targets[target].size) {
-        PyErr_Format(PyExc_ValueError, "bad use (target %u, offset %u, size %u, kind %u)", target, offset, size, kind);
+        (Py_ssize_t)offset + (Py_ssize_t)size > self->targets[target].size || entry < -1 ||
+        (entry >= 0) != (self->targets[target].kind == T_DEVICE)) {
+        PyErr_Format(PyExc_ValueError, "bad use (target %u, offset %u, size %u, kind %u, entry %d)", target, offset,
+                     size, kind, entry);
         return -1;
     }
-    *use = (Use){target, offset, {0, size, (uint8_t)kind}, delta, align, multiple_of};
+    *use = (Use){target, offset, (int32_t)entry, {0, size, (uint8_t)kind}, delta, align, multiple_of};
     return 0;
 }
 
-static int parse_uses(PyObject *tuple, Use **uses, Py_ssize_t *n, const Replay *self) {
-    if (!PyTuple_Check(tuple)) {
-        PyErr_SetString(PyExc_TypeError, "uses must be a tuple");
+/* The uses of one input or output, from self->uses[*first] on (``at`` counts the uses parsed). */
+static int parse_uses(PyObject *tuple, Py_ssize_t *first, Py_ssize_t *n, Py_ssize_t *at, Replay *self) {
+    if (!PyTuple_Check(tuple) || *at + PyTuple_GET_SIZE(tuple) > self->nuses) {
+        PyErr_SetString(PyExc_TypeError, "uses must be a tuple (of the uses counted)");
         return -1;
     }
+    *first = *at;
     *n = PyTuple_GET_SIZE(tuple);
-    *uses = PyMem_Calloc(*n ? (size_t)*n : 1, sizeof(Use));
-    if (*uses == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
     for (Py_ssize_t u = 0; u < *n; u++) {
-        if (parse_use(PyTuple_GET_ITEM(tuple, u), &(*uses)[u], self) < 0) return -1;
+        if (parse_use(PyTuple_GET_ITEM(tuple, u), &self->uses[*at + u], self) < 0) return -1;
     }
+    *at += *n;
     return 0;
 }
 
-static int parse_input(PyObject *t, Input *in, const Replay *self) {
+/* How many uses the inputs' and outputs' tables hold (item ``item`` of each entry). */
+static Py_ssize_t count_uses(PyObject *table, Py_ssize_t item) {
+    Py_ssize_t n = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(table); i++) {
+        PyObject *entry = PyTuple_GET_ITEM(table, i);
+        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) <= item || !PyTuple_Check(PyTuple_GET_ITEM(entry, item))) {
+            PyErr_SetString(PyExc_TypeError, "an input or output is a tuple holding a tuple of uses");
+            return -1;
+        }
+        n += PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, item));
+    }
+    return n;
+}
+
+static int parse_input(PyObject *t, Input *in, Py_ssize_t *at, Replay *self) {
     PyObject *name, *shape, *strides, *uses;
     unsigned int dtype;
-    if (!PyArg_ParseTuple(t, "UpIO!O!O", &name, &in->is_tensor, &dtype, &PyTuple_Type, &shape, &PyTuple_Type,
-                          &strides, &uses))
+    if (!PyArg_ParseTuple(t, "UpIO!O!Op", &name, &in->is_tensor, &dtype, &PyTuple_Type, &shape, &PyTuple_Type,
+                          &strides, &uses, &in->python_only))
         return -1;
     in->name = Py_NewRef(name);
     PyUnicode_InternInPlace(&in->name);
@@ -58,7 +75,7 @@ static int parse_input(PyObject *t, Input *in, const Replay *self) {
         in->strides[d] = PyLong_AsLongLong(PyTuple_GET_ITEM(strides, d));
     }
     if (PyErr_Occurred()) return -1;
-    return parse_uses(uses, &in->uses, &in->nuses, self);
+    return parse_uses(uses, &in->first, &in->nuses, at, self);
 }
 
 static int parse_target(PyObject *t, Target *target) {
@@ -98,44 +115,74 @@ static int parse_target(PyObject *t, Target *target) {
     return 0;
 }
 
+/* The ring entries: each device target's use has one, each entry one use, all within a slot. */
+static int index_entries(Replay *self) {
+    for (Py_ssize_t u = 0; u < self->nuses; u++) self->nentries += self->uses[u].entry >= 0;
+    if (self->nentries && (self->ring == NULL || (uint64_t)self->nentries > self->capacity)) {
+        PyErr_SetString(PyExc_ValueError, "the ring entries do not fit a ring slot");
+        return -1;
+    }
+    self->entry_use = PyMem_Malloc(sizeof(uint32_t) * ((size_t)self->nentries + 1));
+    if (self->entry_use == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < self->nentries; k++) self->entry_use[k] = UINT32_MAX;
+    for (Py_ssize_t u = 0; u < self->nuses; u++) {
+        int32_t entry = self->uses[u].entry;
+        if (entry < 0) continue;
+        if (entry >= self->nentries || self->entry_use[entry] != UINT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "ring entry %d is not one of 0 to %zd, once each", entry, self->nentries - 1);
+            return -1;
+        }
+        self->entry_use[entry] = (uint32_t)u;
+    }
+    return 0;
+}
+
 static void Replay_free(Replay *self) {
     for (Py_ssize_t i = 0; self->inputs != NULL && i < self->ninputs; i++) {
         Py_CLEAR(self->inputs[i].name);
         PyMem_Free(self->inputs[i].shape);
-        PyMem_Free(self->inputs[i].uses);
     }
-    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) {
-        Py_CLEAR(self->outputs[s].allocate);
-        PyMem_Free(self->outputs[s].uses);
-    }
+    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) Py_CLEAR(self->outputs[s].allocate);
     PyMem_Free(self->inputs);
     PyMem_Free(self->outputs);
     PyMem_Free(self->targets);
+    PyMem_Free(self->uses);
+    PyMem_Free(self->entry_use);
     self->inputs = NULL;
     self->outputs = NULL;
     self->targets = NULL;
+    self->uses = NULL;
+    self->entry_use = NULL;
 }
 
-/* Replay(inputs, targets, outputs, exec, device, entry_points, ctx_get_device, state, ring, current,
- *        fallback, build, lock, keep, tensor_types, get_stream): see launchpad/sequences/creplay.py. */
+/* Replay(inputs, targets, outputs, exec, device, entry_points, ctx_get_device, state, ring, staged,
+ *        current, fallback, build, lock, keep, tensor_types, get_stream, positional, snapshot, launch):
+ * see launchpad/sequences/creplay.py. */
 static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     PyObject *inputs, *targets, *outputs, *ring, *current, *fallback_fn, *build, *lock, *keep, *tensor_types,
-        *get_stream;
-    unsigned long long exec, set_params, graph_launch, set_memcpy, set_memset, sync, ctx_get_device, state;
-    int device;
+        *get_stream, *launch;
+    unsigned long long exec, set_params, graph_launch, set_memcpy, set_memset, is_capturing, ctx_get_device, state,
+        staged;
+    Py_ssize_t nstaged, positional;
+    int device, snapshot;
     if (kw != NULL && PyDict_GET_SIZE(kw)) {
         PyErr_SetString(PyExc_TypeError, "Replay takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(a, "O!O!O!Ki(KKKKK)KKOO!OOOOO!O", &PyTuple_Type, &inputs, &PyTuple_Type, &targets,
+    if (!PyArg_ParseTuple(a, "O!O!O!Ki(KKKKK)KKO(Kn)O!OOOOO!OnpO", &PyTuple_Type, &inputs, &PyTuple_Type, &targets,
                           &PyTuple_Type, &outputs, &exec, &device, &set_params, &graph_launch, &set_memcpy,
-                          &set_memset, &sync, &ctx_get_device, &state, &ring, &PyList_Type, &current, &fallback_fn,
-                          &build, &lock, &keep, &PyTuple_Type, &tensor_types, &get_stream))
+                          &set_memset, &is_capturing, &ctx_get_device, &state, &ring, &staged, &nstaged, &PyList_Type,
+                          &current, &fallback_fn, &build, &lock, &keep, &PyTuple_Type, &tensor_types, &get_stream,
+                          &positional, &snapshot, &launch))
         return NULL;
-    if (!set_params || !graph_launch || !set_memcpy || !set_memset || !sync || !state ||
-        PyList_GET_SIZE(current) != PyTuple_GET_SIZE(inputs)) {
-        PyErr_SetString(PyExc_ValueError, "a Replay needs the driver's entry points, its state and one current "
-                                          "value per input");
+    if (!set_params || !graph_launch || !set_memcpy || !set_memset || !is_capturing || !state || !staged ||
+        PyList_GET_SIZE(current) != PyTuple_GET_SIZE(inputs) || positional < 0 ||
+        positional > PyTuple_GET_SIZE(inputs) || (launch != Py_None && !PyCallable_Check(launch))) {
+        PyErr_SetString(PyExc_ValueError, "a Replay needs the driver's entry points, its state, the staged words, one "
+                                          "current value per input and at most as many positional ones");
         return NULL;
     }
     Replay *self = (Replay *)type->tp_alloc(type, 0);
@@ -143,21 +190,29 @@ static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->vectorcall = Replay_vectorcall;
     self->exec = (void *)(uintptr_t)exec;
     self->device = device;
+    self->npositional = positional;
+    self->snapshot = snapshot;
     self->set_params = (SetParamsFn)(uintptr_t)set_params;
     self->graph_launch = (GraphLaunchFn)(uintptr_t)graph_launch;
     self->set_memcpy = (SetCopyFn)(uintptr_t)set_memcpy;
     self->set_memset = (SetCopyFn)(uintptr_t)set_memset;
-    self->sync = (SyncFn)(uintptr_t)sync;
+    self->is_capturing = (IsCapturingFn)(uintptr_t)is_capturing;
     self->ctx_get_device = (CtxGetDeviceFn)(uintptr_t)ctx_get_device;
     self->state = (uint64_t *)(uintptr_t)state;
+    self->staged = (uint64_t *)(uintptr_t)staged;
     self->current = Py_NewRef(current);
     self->fallback = Py_NewRef(fallback_fn);
     self->build = build == Py_None ? NULL : Py_NewRef(build);
+    self->launch = launch == Py_None ? NULL : Py_NewRef(launch);
     self->get_stream = get_stream == Py_None ? NULL : Py_NewRef(get_stream);
     self->lock = Py_NewRef(lock);
     self->keep = Py_NewRef(keep);
     self->tensor_types = Py_NewRef(tensor_types);
     self->api = PyTuple_GET_SIZE(tensor_types) ? lp_exchange_api(PyTuple_GET_ITEM(tensor_types, 0)) : NULL;
+    /* (looked up once: a replay calls them, not a lookup by name) */
+    if ((self->acquire = PyObject_GetAttrString(lock, "acquire")) == NULL ||
+        (self->release = PyObject_GetAttrString(lock, "release")) == NULL)
+        goto fail;
     if (ring != Py_None) {
         unsigned long long address;
         if (!PyArg_ParseTuple(ring, "KKK", &address, &self->slots, &self->capacity)) goto fail;
@@ -170,10 +225,18 @@ static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->ntargets = PyTuple_GET_SIZE(targets);
     self->ninputs = PyTuple_GET_SIZE(inputs);
     self->noutputs = PyTuple_GET_SIZE(outputs);
+    Py_ssize_t in_uses = count_uses(inputs, 5), out_uses = in_uses < 0 ? -1 : count_uses(outputs, 1);
+    if (out_uses < 0) goto fail;
+    self->nuses = in_uses + out_uses;
+    if (nstaged != self->nuses || self->nuses > UINT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "%zd staged words for %zd uses", nstaged, self->nuses);
+        goto fail;
+    }
     self->targets = PyMem_Calloc((size_t)self->ntargets + 1, sizeof(Target));
     self->inputs = PyMem_Calloc((size_t)self->ninputs + 1, sizeof(Input));
     self->outputs = PyMem_Calloc((size_t)self->noutputs + 1, sizeof(Output));
-    if (self->targets == NULL || self->inputs == NULL || self->outputs == NULL) {
+    self->uses = PyMem_Calloc((size_t)self->nuses + 1, sizeof(Use));
+    if (self->targets == NULL || self->inputs == NULL || self->outputs == NULL || self->uses == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
@@ -184,15 +247,18 @@ static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
             goto fail;
         }
     }
+    Py_ssize_t at = 0;
     for (Py_ssize_t i = 0; i < self->ninputs; i++) {
-        if (parse_input(PyTuple_GET_ITEM(inputs, i), &self->inputs[i], self) < 0) goto fail;
+        if (parse_input(PyTuple_GET_ITEM(inputs, i), &self->inputs[i], &at, self) < 0) goto fail;
     }
     for (Py_ssize_t s = 0; s < self->noutputs; s++) {
         PyObject *allocate, *uses;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(outputs, s), "OO", &allocate, &uses)) goto fail;
         self->outputs[s].allocate = Py_NewRef(allocate);
-        if (parse_uses(uses, &self->outputs[s].uses, &self->outputs[s].nuses, self) < 0) goto fail;
+        if (parse_uses(uses, &self->outputs[s].first, &self->outputs[s].nuses, &at, self) < 0) goto fail;
     }
+    if (index_entries(self) < 0) goto fail;
+    self->block_size = lp_replay_block_size(self);
     return (PyObject *)self;
 fail:
     Py_DECREF(self);
@@ -203,8 +269,11 @@ static int Replay_traverse(Replay *self, visitproc visit, void *arg) {
     Py_VISIT(self->current);
     Py_VISIT(self->fallback);
     Py_VISIT(self->build);
+    Py_VISIT(self->launch);
     Py_VISIT(self->get_stream);
     Py_VISIT(self->lock);
+    Py_VISIT(self->acquire);
+    Py_VISIT(self->release);
     Py_VISIT(self->keep);
     Py_VISIT(self->tensor_types);
     for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) Py_VISIT(self->outputs[s].allocate);
@@ -215,8 +284,11 @@ static int Replay_clear(Replay *self) {
     Py_CLEAR(self->current);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->build);
+    Py_CLEAR(self->launch);
     Py_CLEAR(self->get_stream);
     Py_CLEAR(self->lock);
+    Py_CLEAR(self->acquire);
+    Py_CLEAR(self->release);
     Py_CLEAR(self->keep);
     Py_CLEAR(self->tensor_types);
     Replay_free(self);
