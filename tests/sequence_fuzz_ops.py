@@ -278,7 +278,7 @@ def inplace_mid(v: dict, h: torch.Tensor, p: dict, out: dict) -> torch.Tensor:
 def inplace_input(v: dict, h: torch.Tensor, p: dict, out: dict) -> torch.Tensor:
     u = v[p["u"]]
     u.mul_(p["factor"])  # writes the input
-    return h + u
+    return h + u if u.shape == h.shape else h * u.mean()  # (x keeps its width where the step changed h's)
 
 
 def out_op(v: dict, h: torch.Tensor, p: dict, out: dict) -> torch.Tensor:

@@ -29,37 +29,48 @@ MAX_ENTRIES = 1 << 20
 
 class History:
     """A context manager around one capture: afterwards ``blocks`` lists ``(address, size)`` of
-    every allocation made meanwhile on ``device``, in order, or is None where it cannot be known."""
+    every allocation made meanwhile on ``device``, in order, or is None where it cannot be known.
+
+    The history is switched on for the capture alone, and read from where it stood when switched on
+    (a torch that cannot clear it on enabling keeps what earlier captures recorded)."""
 
     def __init__(self, device: int):
         self.device = device
         self.blocks: list[tuple[int, int]] | None = None
-        self._ours = False
+        self._start = -1  # entries in the history when the capture began; -1: not ours to read
 
     def __enter__(self) -> History:
-        memory = torch.cuda.memory
         enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
         if enabled is None or enabled():  # the user's history: not ours to clear or switch off
             return self
+        memory = torch.cuda.memory
         try:
             memory._record_memory_history("all", context=None, stacks="python", max_entries=MAX_ENTRIES,
                                           clear_history=True)  # fmt: skip
-        except TypeError:  # a torch without clear_history (each enable starts a new history there)
+        except TypeError:  # a torch without clear_history
             memory._record_memory_history("all", context=None, stacks="python", max_entries=MAX_ENTRIES)
-        self._ours = True
+        try:
+            self._start = len(self._trace())
+        except Exception:
+            memory._record_memory_history(None)
+            raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if not self._ours:
+        if self._start < 0:
             return
         try:
             if exc[0] is None:
-                traces = torch.cuda.memory._snapshot()["device_traces"]
-                trace = traces[self.device] if self.device < len(traces) else []
-                if len(trace) < MAX_ENTRIES:
-                    self.blocks = [(int(e["addr"]), int(e["size"])) for e in trace if e["action"] == "alloc"]
+                trace = self._trace()
+                if len(trace) < MAX_ENTRIES:  # (a full history has lost its oldest entries)
+                    self.blocks = [(int(e["addr"]), int(e["size"])) for e in trace[self._start :]
+                                   if e["action"] == "alloc"]  # fmt: skip
         finally:
             torch.cuda.memory._record_memory_history(None)
+
+    def _trace(self) -> list[dict]:
+        traces = torch.cuda.memory._snapshot()["device_traces"]
+        return traces[self.device] if self.device < len(traces) else []
 
 
 class Blocks:
