@@ -158,7 +158,11 @@ def test_a_triton_kernel_specialized_on_a_multiple_of_16_refuses_other_values(la
 
     add = add_kernel if launcher == "triton" else lp.triton_launcher(add_kernel)
     x, y, out = (torch.randn(1024, device="cuda") for _ in range(3))
-    seq = lp.record(lambda n: add[(8,)](x, y, out, n, BLOCK=128), 512)
+
+    def step(n):
+        add[(8,)](x, y, out, n, BLOCK=128)
+
+    seq = lp.record(step, 512)
     out.zero_()
     seq(496)
     assert same(out[:496], (x + y)[:496]) and torch.count_nonzero(out[496:]) == 0

@@ -37,6 +37,7 @@ class History:
     def __init__(self, device: int):
         self.device = device
         self.blocks: list[tuple[int, int]] | None = None
+        self.pool: Any = None  # the graph's memory pool (its id), set once the capture has begun
         self._start = -1  # entries in the history when the capture began; -1: not ours to read
 
     def __enter__(self) -> History:
@@ -61,16 +62,29 @@ class History:
             return
         try:
             if exc[0] is None:
-                trace = self._trace()
+                snapshot = torch.cuda.memory._snapshot()
+                trace = self._trace(snapshot)
                 if len(trace) < MAX_ENTRIES:  # (a full history has lost its oldest entries)
+                    mine = _in_pool(snapshot, self.pool)
                     self.blocks = [(int(e["addr"]), int(e["size"])) for e in trace[self._start :]
-                                   if e["action"] == "alloc"]  # fmt: skip
+                                   if e["action"] == "alloc" and mine(int(e["addr"]))]  # fmt: skip
         finally:
             torch.cuda.memory._record_memory_history(None)
 
-    def _trace(self) -> list[dict]:
-        traces = torch.cuda.memory._snapshot()["device_traces"]
+    def _trace(self, snapshot: dict | None = None) -> list[dict]:
+        traces = (snapshot or torch.cuda.memory._snapshot())["device_traces"]
         return traces[self.device] if self.device < len(traces) else []
+
+
+def _in_pool(snapshot: dict, pool: Any) -> Any:
+    """Whether an address lies in a segment of the graph's private pool: what the captured function
+    allocated there moves with every capture; anything else it allocated (a generator's state made
+    on first use, a library's workspace) is memory outside the graph, the same in every capture."""
+    segments = [(int(s["address"]), int(s["total_size"])) for s in snapshot.get("segments", ())
+                if pool is not None and tuple(s.get("segment_pool_id", ())) == tuple(pool)]  # fmt: skip
+    if pool is None or not any("segment_pool_id" in s for s in snapshot.get("segments", ())):
+        return lambda address: True  # (a torch that does not say which pool a segment is in: all of them)
+    return lambda address: any(start <= address < start + size for start, size in segments)
 
 
 class Blocks:

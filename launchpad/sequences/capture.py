@@ -103,8 +103,10 @@ def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int]
         graph.register_generator_state(generator)
     history = History(torch.cuda.current_device())
     try:
-        with history, torch.cuda.graph(graph, pool=pool, capture_error_mode="relaxed" if relaxed else "global"):
-            result = fn(**values)
+        with history:
+            with torch.cuda.graph(graph, pool=pool, capture_error_mode="relaxed" if relaxed else "global"):
+                result = fn(**values)
+            history.pool = graph.pool()
     except LaunchpadError:
         recover()
         raise
