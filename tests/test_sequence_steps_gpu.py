@@ -88,7 +88,7 @@ def test_a_value_computed_from_a_scalar_input_is_refused():
 def test_training_steps_replay_as_eager_steps(optimizer):
     torch.manual_seed(1)
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).cuda()
-    make = {
+    make = {  # (each makes an optimizer over the given parameters)
         "sgd": lambda p: torch.optim.SGD(p, lr=0.05),
         "momentum": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
         "adam-foreach": lambda p: torch.optim.Adam(p, lr=1e-3, foreach=True, capturable=True),
@@ -104,9 +104,7 @@ def test_training_steps_replay_as_eager_steps(optimizer):
         return loss
 
     seq = lp.record(step, torch.randn(16, 32, device="cuda"), torch.randn(16, 8, device="cuda"))
-    twin = copy.deepcopy(model)
-    twin_opt = make(twin.parameters())
-    twin_opt.load_state_dict(opt.state_dict())
+    twin, twin_opt = copy.deepcopy((model, opt))  # (one deepcopy: the optimizer's state is copied, not shared)
     for _ in range(100):
         x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 8, device="cuda")
         loss = seq(x, y)

@@ -10,8 +10,10 @@ torch's ``Array<char*, N>`` of pointers or a reduction's config) 8 bytes at a ti
   ``k``-th allocation of the capture, :mod:`launchpad.sequences.allocations`): where the base and
   another capture point into the same allocation at the same offset, the word is that
   allocation's, whatever its address;
-- any other byte that differs between the base and the control varies without the inputs
-  (uninitialized padding in torch's functors): masked, in that region only;
+- any other byte that differs between the base and a control varies without the inputs
+  (uninitialized bytes in torch's functors and configs, which hold what the host left there: a
+  second control is captured after the probes, when the host has done other work): masked, in
+  that region only;
 - a byte that differs between the base and one input's probe, masked bytes aside, belongs to that
   input, and must be explained: a tensor's pointer that moved by exactly the tensor's own move, at
   an offset inside it (its end included); a scalar's encoding at a place inside the region that
@@ -111,14 +113,18 @@ class Plan:
 
 def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
             probed: dict[str, Any], is_device_pointer: Callable[[int], bool],
-            again: Callable[[str], Capture] | None = None,
-            fars: dict[str, tuple[Any, Capture]] | None = None) -> Plan:  # fmt: skip
+            again: Callable[[str], Capture] | None = None, fars: dict[str, tuple[Any, Capture]] | None = None,
+            late: Capture | None = None) -> Plan:  # fmt: skip
     """The inputs' part of a sequence's plan (see the module documentation); raises
     :class:`RecordError` for what cannot be replayed. ``again(name)`` captures input ``name``'s
     probe once more (to mask bytes that vary alone before a byte costs a copy or a refusal); ``fars``
-    holds each scalar's far probe (its value and capture), a third value its encoding must fit."""
+    holds each scalar's far probe (its value and capture), a third value its encoding must fit;
+    ``late`` is a second control, captured after the probes: uninitialized bytes follow what the
+    host did before a capture, so two captures of the same values at other times tell them better."""
     fars = fars or {}
-    same_structure("", base.nodes, control.nodes)
+    controls = [control] + ([late] if late is not None else [])
+    for c in controls:
+        same_structure("", base.nodes, c.nodes)
     for name, c in probes.items():
         same_structure(name, base.nodes, c.nodes)
     refuse_opaque(base.nodes, values)
@@ -131,9 +137,13 @@ def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values:
             here = region_bytes(node, offset, size)
             if here is None:
                 continue
-            pooled = here != region_bytes(control.nodes[i], offset, size) and same_word(base, control, i, offset, size,
-                                                                                  is_device_pointer)  # fmt: skip
-            noise = 0 if pooled else _differ(here, region_bytes(control.nodes[i], offset, size))
+            pooled = here != region_bytes(control.nodes[i], offset, size) and all(
+                same_word(base, c, i, offset, size, is_device_pointer) for c in controls
+            )
+            noise = 0
+            if not pooled:
+                for c in controls:
+                    noise |= _differ(here, region_bytes(c.nodes[i], offset, size))
             moved = {}
             for name, c in probes.items():
                 if pooled:  # the graph's own memory: the probe's word must be the same allocation's

@@ -120,6 +120,8 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
                 same_structure(name, base.nodes, fars[name][1].nodes)
         if _specialized(take, fn, values, name, base):
             multiples[name] = 16
+    late = take(fn, values)  # a second control, after the probes (the host's leftovers differ by now)
+    late.graph = None
     seconds: dict[str, Any] = {}
 
     def capture_again(name: str) -> Any:  # a probe's second capture, where analyze must confirm a byte
@@ -129,13 +131,13 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
         return seconds[name]
 
     plan = analyze(base, control, probes, values, probed, lambda a: _driver.pointer_device(a) is not None,
-                   capture_again, fars)  # fmt: skip
+                   capture_again, fars, late)  # fmt: skip
     for name, multiple in multiples.items():
         p = plan.inputs[name]
         p.multiple_of = multiple
         p.uses = [replace(u, multiple_of=max(u.multiple_of, multiple)) for u in p.uses]
     firsts = classify(plan, base, control, probes, values, probed)
-    del base, control, probes, fars
+    del base, control, probes, fars, late
     seconds.clear()
     return Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators,
                     signature=(positional, parameters))  # fmt: skip
