@@ -161,8 +161,10 @@ def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any]) -> 
             if size != 8 or here is None or (i, offset) in uses:
                 continue
             address = int.from_bytes(here, "little")
+            if final.allocations is not None and final.allocations.containing(address):
+                continue  # the graph's own memory (which may begin where an input's ends)
             for name, (start, nbytes) in ranges.items():
-                if start <= address <= start + nbytes and not plan.inputs[name].copy:
+                if start <= address < start + nbytes and not plan.inputs[name].copy:
                     raise RecordError(
                         f"sequence input {name!r}: {node.describe(i)}, {region_label(node, offset, size, param)} points into "
                         "it but did not move with it: a replay would leave that node reading the recorded tensor"
