@@ -114,6 +114,12 @@ def test_training_steps_replay_as_eager_steps(optimizer):
         assert same(a, b)
 
 
+@pytest.mark.xfail(
+    reason="not met yet (issue 28, point 3): torch passes uninitialized bytes in its kernels' arguments (the unused "
+    "tail of an OffsetCalculator or a TensorListMetadata), which hold what the host computed before, input addresses "
+    "among it; where such bytes follow an input in one recording and not in another, one recording copies that input "
+    "and the other re-points it. Every plan replays exactly (the steps' tests and the fuzzer check that)"
+)
 def test_recording_a_training_step_gives_the_same_plan_every_time():
     torch.manual_seed(2)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).cuda()
