@@ -101,6 +101,13 @@ def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int]
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     for generator in generators:
         graph.register_generator_state(generator)
+    # cuBLAS's workspace is made on its first use on a stream and kept in torch's table of them: cleared
+    # here, each capture makes its own inside its graph's pool (as torch.compile's graph trees do), so
+    # every capture allocates alike, and a later clear (torch.compile clears them) frees the kept
+    # graph's workspace into that graph's own pool, where nothing else allocates, not into torch's.
+    clear_workspaces = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear_workspaces is not None:
+        clear_workspaces()
     history = History(torch.cuda.current_device())
     try:
         with history:
