@@ -187,6 +187,9 @@ def torch_graph(work: Workload) -> Timed:
             t.step(x_s, y_s)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
+    # cuBLAS's workspace inside the graph's pool: torch.compile's variants clear torch's table of them,
+    # which would free one this graph still uses (an illegal address on the H100 when they ran first)
+    getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)()
     with torch.cuda.graph(graph):
         loss_s = t.step(x_s, y_s)
 
