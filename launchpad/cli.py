@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +43,13 @@ __global__ void saxpy(T a, const T* __restrict__ x, T* __restrict__ y, int n) {
 DEMO_NAME = "saxpy<float>"
 DEMO_SIGNATURE = "fp32, *fp32, *fp32, i32"
 DEMO_ARCH = "sm_90"  # what the demo compiles for when there is no GPU to ask
+#: What a machine without a GPU can do, and what launching needs: said wherever a command cannot
+#: launch, so a newcomer on a laptop learns the next step instead of a driver library's error.
+WORKS_WITHOUT_GPU = (
+    "compiling and inspecting kernels (as above; `python -m launchpad inspect FILE`),\n"
+    "  and `python -m launchpad bench --only compile,import`"
+)
+LAUNCHING_NEEDS = "an NVIDIA GPU with its driver, and a CUDA build of torch"
 
 
 # --- info ----------------------------------------------------------------------------------------
@@ -102,7 +110,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         print("devices: none")
     if not env["gpu_available"]:
-        print(f"no GPU: {env['no_gpu_reason']}; compiling and inspecting work, launching needs a GPU")
+        print(f"no GPU: {env['no_gpu_reason']}; compiling and inspecting work, launching needs a GPU with its "
+              "driver and a CUDA build of torch")  # fmt: skip
     cache = env["cache"]
     print()
     print(f"cache: {cache['dir']} ({cache['entries']} entries, {human_bytes(cache['bytes'])})")
@@ -136,7 +145,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print("  parameter layout:")
     print(layout_table(kernel.params))
     if not ok:
-        print(f"not launched: no GPU ({reason})")
+        print(f"not launched: {reason}.\n  Works here: {WORKS_WITHOUT_GPU}.\n  Launching needs {LAUNCHING_NEEDS}.")
         return 0
     return _demo_launch(kernel, args.n)
 
@@ -292,6 +301,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # --- entry point ---------------------------------------------------------------------------------
 
 
+def _bench_description(width: int = 80) -> str:
+    """``bench --help``'s text: what it measures, section by section, and which sections need a GPU."""
+    from .bench.runner import GPU_SECTIONS, SECTION_HELP
+
+    no_gpu = [name for name in SECTION_HELP if name not in GPU_SECTIONS]
+    return "\n\n".join([
+        textwrap.fill("Measure what launching a kernel costs the host, for launchpad and for the installed peers, "
+                      "and write latest.json, latest.md and latest.png (docs/benchmarks.md says how).", width),
+        "sections (all by default; --only picks some):\n" + "\n".join(
+            textwrap.fill(text, width, initial_indent=f"  {name:<10}", subsequent_indent=" " * 12)
+            for name, text in SECTION_HELP.items()),
+        textwrap.fill(f"The {', '.join(GPU_SECTIONS[:-1])} and {GPU_SECTIONS[-1]} sections run kernels: they need an "
+                      f"NVIDIA GPU with its driver and a CUDA build of torch. {' and '.join(no_gpu)} need none: "
+                      f"`python -m launchpad bench --only {','.join(no_gpu)}` runs them on any machine.", width),
+    ])  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="launchpad", description="Launch CUDA kernels from Python with the lowest overhead Python can reach."
@@ -306,9 +332,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-n", type=int, default=1 << 20, help="number of elements (default 1048576)")
     p.set_defaults(func=cmd_demo)
 
-    from .bench.runner import SECTIONS
+    from .bench.runner import SECTION_HELP
 
-    p = sub.add_parser("bench", help="run the benchmarks against the installed peers")
+    p = sub.add_parser(
+        "bench",
+        help="measure launch overhead against the installed peers, compile and import times (needs a GPU, "
+        "except --only compile,import)",
+        description=_bench_description(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--quick", action="store_true", help="fewer rounds and sweep points (under a minute)")
     p.add_argument(
         "--out",
@@ -321,7 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--only",
         action="append",
         metavar="NAMES",
-        help=f"comma-separated sections ({', '.join(SECTIONS)}), groups (cutile) and/or launcher names (globs allowed)",
+        help=f"comma-separated sections ({', '.join(SECTION_HELP)}), groups (cutile) and/or launcher names (globs allowed)",
     )
     p.add_argument("--load-inline", action="store_true", help="also time torch load_inline (slow: tens of seconds)")
     p.add_argument("--rounds", type=int, default=None, help="override the number of timed batches per launcher")
@@ -333,8 +365,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("cache", help="list or clear the disk cache of compiled binaries")
-    p.add_argument("action", nargs="?", choices=("list", "clear"), default="list")
-    p.set_defaults(func=cmd_cache)
+    actions = p.add_subparsers(dest="action")
+    actions.add_parser("list", help="each cached binary's key, size and when it was written (the default)")
+    actions.add_parser("clear", help="delete every cached binary; kernels compile again at their next use")
+    p.set_defaults(func=cmd_cache, action="list")
     return parser
 
 

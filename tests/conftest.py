@@ -160,7 +160,9 @@ class FakeGPU:
                  ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, 0, None)  # fmt: skip
         patch.setitem(loader.entries, device, entry)
         devices = _executor.Devices(lambda: device, lambda dev: stream, self.cu_launch)
-        executor = _executor.build(kernel.spec, loader, devices, compiled=self.executor == "compiled")
+        # "default": the executor the kernel would pick itself (launchpad.launch_path())
+        compiled = {"compiled": True, "python": False}.get(self.executor)
+        executor = _executor.build(kernel.spec, loader, devices, compiled=compiled)
         patch.setattr(kernel, "_executor", executor)
         patch.setattr(kernel, "launch", executor.launch)
         patch.setattr(kernel, "_configs", {})

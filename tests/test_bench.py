@@ -413,6 +413,40 @@ def test_format_table_aligns_columns_and_spans_missing_rows():
     assert md.splitlines() == ["| a | b |", "| --- | ---: |", "| x\\|y | 1 |", "| only |  |"]
 
 
+def test_format_table_prints_a_cell_of_several_lines_in_its_column():
+    text = report.format_table(["a", "b", "c"], [["x\nlonger", "1", "p\nq\nr"], ["y", "22", "s"]], "lrl")
+    assert text.splitlines() == ["a        b  c", "------  --  -", "x        1  p", "longer      q", "            r",
+                                 "y       22  s"]  # fmt: skip
+
+
+def test_the_printed_targets_table_wraps_its_long_cells():
+    """No printed line of the Targets table runs past 200 characters: a target's name and what was
+    measured wrap, each in its column, the verdict on the first line; markdown keeps one row a line."""
+    full = make_report(GOOD_LAUNCH, sweep32={"c_floor": 8100, "lp_triton": 15000, "triton_bare": 23000},
+                       compile_s={"nvrtc_small": 0.07, "cache_hit": 0.012, "import_launchpad": 0.05},
+                       sequence=GOOD_SEQUENCE)  # fmt: skip
+    results = [t.to_json() for t in targets.evaluate(full)]  # helion: N/A, with why
+    results[0]["detail"] = "not measured: " + "; ".join(
+        f"peer_{i}: not installed (pip install peer-{i})" for i in range(9)
+    )
+    assert max(len(t["name"]) + len(t["measured"] or t["detail"]) for t in results) > 200  # as they were printed
+    rep = {"versions": {"launchpad": launchpad.__version__, "python": "3.11"}, "created": "now",
+           "config": {"quick": True}, "targets": results}  # fmt: skip
+    text = runner.render(rep, report.format_table, markdown=False)
+    lines = text.split("Targets\n\n")[1].splitlines()
+    assert lines[0].split() == ["target", "verdict", "measured"] and max(len(line) for line in lines) <= 200
+    column = lines[0].index("verdict")
+    firsts = [i for i, line in enumerate(lines[2:], 2) if line[column : column + 1].strip()]
+    assert [lines[i][column:].split()[0] for i in firsts] == [t["status"] for t in results]
+    for t, start, end in zip(results, firsts, [*firsts[1:], len(lines)]):  # each cell's lines, read back
+        assert " ".join(" ".join(line[:column] for line in lines[start:end]).split()) == t["name"]
+        measured = " ".join(line[column + len("verdict") + 2 :] for line in lines[start:end])
+        assert " ".join(measured.split()) == (t["measured"] or t["detail"])
+    md = runner.render(rep, report.markdown_table, markdown=True)
+    for t in results:
+        assert f"| {t['name']} | {t['status']} | {t['measured'] or t['detail']} |" in md
+
+
 def _fake_entries(costs: dict[str, int]) -> list[Entry]:
     """Entries whose launches spin for a fixed number of loop iterations (a known relative cost)."""
 

@@ -15,6 +15,7 @@ import torch
 import launchpad
 from launchpad import cli
 from launchpad.reporting import format as _format
+from launchpad.reporting.environment import gpu_status
 
 HAS_GPU = torch.cuda.is_available()
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,9 +115,57 @@ def test_demo(cache):
         assert "OK: matches torch" in out
     else:
         assert "saxpy<float> for sm_90" in out
-        assert "not launched: no GPU (" in out
+        ok, reason = gpu_status()
+        assert not ok and out.endswith(NOT_LAUNCHED.format(reason=reason))
     again = run_cli("demo")  # the second run finds the cubin in the cache
     assert again.returncode == 0 and "loaded from the disk cache" in again.stdout
+
+
+#: How the demo ends without a GPU: why (one clause), what works here, what launching needs.
+NOT_LAUNCHED = """not launched: {reason}.
+  Works here: compiling and inspecting kernels (as above; `python -m launchpad inspect FILE`),
+  and `python -m launchpad bench --only compile,import`.
+  Launching needs an NVIDIA GPU with its driver, and a CUDA build of torch.
+"""
+
+
+def test_demo_without_a_gpu_says_why_what_works_and_what_launching_needs(cache, capsys, monkeypatch):
+    reason = "torch 2.13.0+cpu is a CPU-only build, and no NVIDIA driver was found"
+    monkeypatch.setattr(cli, "gpu_status", lambda: (False, reason))
+    assert cli.main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "saxpy<float> for sm_90: compiled with NVRTC" in out
+    assert out.endswith("    3      24     4      4  i32    n\n" + NOT_LAUNCHED.format(reason=reason))
+
+
+def _no_driver(exc_text: str):
+    def init():
+        raise launchpad.NoDeviceError(exc_text)
+
+    return init
+
+
+def test_gpu_status_says_what_is_missing_in_one_clause_each(monkeypatch):
+    """Why there is no GPU, in words to act on: never the driver bindings' own text, no brackets."""
+    from launchpad.core import driver as _driver
+
+    bindings_text = (f"{_driver.NO_DRIVER} (\"cuda\" is an NVIDIA driver library and can only be found via system "
+                     "search. Ensure the NVIDIA display driver is installed.); launching needs one")  # fmt: skip
+    monkeypatch.setattr(torch, "__version__", "2.13.0+cpu")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    monkeypatch.setattr(_driver, "init", _no_driver(bindings_text))
+    assert gpu_status() == (False, "torch 2.13.0+cpu is a CPU-only build, and no NVIDIA driver was found")
+    monkeypatch.setattr(torch, "__version__", "2.11.0+cu130")
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(_driver, "init", _no_driver("the CUDA driver reports no GPU; launching needs one"))
+    assert gpu_status() == (False, "torch 2.11.0+cu130 sees no CUDA device, and the NVIDIA driver reports no GPU")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_driver, "init", lambda: None)
+    monkeypatch.setattr(_driver, "device_count", lambda: 0)
+    assert gpu_status() == (False, "the NVIDIA driver reports no GPU")
+    monkeypatch.setattr(_driver, "device_count", lambda: 1)
+    assert gpu_status() == (True, "")
 
 
 # --- inspect -------------------------------------------------------------------------------------
@@ -239,6 +288,44 @@ def test_bench_without_gpu_explains_and_exits(tmp_path):
     assert "launchpad bench: no GPU here (" in proc.stderr and "need a CUDA GPU" in proc.stderr
     assert "--only compile,import" in proc.stderr
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_bench_help_says_what_it_measures_and_what_needs_a_gpu(capsys, monkeypatch):
+    from launchpad.bench.runner import GPU_SECTIONS, SECTION_HELP
+
+    monkeypatch.setenv("COLUMNS", "80")  # argparse's own lines follow the terminal's width
+
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    out = capsys.readouterr().out
+    text = " ".join(out.split())
+    assert "Measure what launching a kernel costs the host, for launchpad and for the installed peers" in text
+    for name, what in SECTION_HELP.items():  # each section, and what it measures
+        assert f" {name} {' '.join(what.split())}" in text, name
+    for words in ("launch overhead", "compile and load times", "`import launchpad`", "recorded sequences"):
+        assert words in text
+    assert ("The launch, sweep, sequence and helion sections run kernels: they need an NVIDIA GPU with its driver "
+            "and a CUDA build of torch. compile and import need none: `python -m launchpad bench --only "
+            "compile,import` runs them on any machine.") in text  # fmt: skip
+    assert GPU_SECTIONS == ("launch", "sweep", "sequence", "helion")
+    assert max(len(line) for line in out.splitlines()) <= 80  # the description is laid out, not re-wrapped
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    top = " ".join(capsys.readouterr().out.split())
+    assert ("bench measure launch overhead against the installed peers, compile and import times (needs a GPU, "
+            "except --only compile,import)") in top  # fmt: skip
+
+
+def test_cache_subcommands_have_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["cache", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "usage: launchpad cache [-h] {list,clear} ..." in text
+    assert "list each cached binary's key, size and when it was written (the default)" in text
+    assert "clear delete every cached binary; kernels compile again at their next use" in text
+    with pytest.raises(SystemExit):
+        cli.main(["cache", "purge"])
+    assert "invalid choice: 'purge'" in capsys.readouterr().err
 
 
 def test_bench_rejects_unknown_names(capsys):

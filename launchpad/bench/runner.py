@@ -1,10 +1,7 @@
 """``python -m launchpad bench``: run the benchmark sections and write the results.
 
-Sections: ``compile`` (compile and load times), ``import`` (import time, fresh processes),
-``launch`` (launch overhead of every launcher, and end to end), ``sweep`` (per-launch cost
-against the number of pointer arguments), ``sequence`` (recorded sequences against their anchors,
-:mod:`launchpad.bench.sequences`), ``helion`` (Helion kernels, :mod:`launchpad.bench.helion`). The
-last four need a GPU.
+Sections: :data:`SECTION_HELP` says what each measures (``sequence``: :mod:`launchpad.bench.sequences`,
+``helion``: :mod:`launchpad.bench.helion`); :data:`GPU_SECTIONS` need a GPU.
 
 Results go to ``<out>/latest.json`` (versions, configuration and every sample), ``latest.md``
 (tables for the README) and ``latest.png`` (chart), in ``./launchpad-bench`` unless ``--out``
@@ -30,10 +27,21 @@ from .harness import add_ratios, measure, measure_e2e, record_e2e, record_sample
 from .helion import helion_section, helion_tables
 from .report import LAUNCH_HEADER, format_table, launch_rows, markdown_table, ratio_text, us, write_json, write_png
 from .sequence_section import sequence_section, sequence_tables
-from .targets import evaluate
+from .targets import evaluate, targets_table
 
 SCHEMA = "launchpad.bench/1"
-SECTIONS = ("compile", "import", "launch", "sweep", "sequence", "helion")
+#: What each section measures, in the order they run (``bench --help`` prints it).
+SECTION_HELP = {
+    "compile": "compile and load times: NVRTC through launchpad.compile_cuda (a cache miss), a saved "
+    "artifact, Triton and Numba kernels through launchpad",
+    "import": "`import launchpad` on top of torch, and (with compile) a disk-cache hit, in fresh processes",
+    "launch": "launch overhead of launchpad's launchers and the installed peers' (Triton, cuda.core, CuPy, "
+    "Numba, torch, tvm-ffi) against a C loop of cuLaunchKernel, and end to end",
+    "sweep": "per-launch cost against the number of pointer arguments (1 to 32)",
+    "sequence": "recorded sequences (launchpad.record) against the launches one by one and torch's CUDA graphs",
+    "helion": "Helion kernels through launchpad.helion_kernel against Helion's own call",
+}
+SECTIONS = tuple(SECTION_HELP)
 GPU_SECTIONS = ("launch", "sweep", "sequence", "helion")
 
 
@@ -241,10 +249,6 @@ def compile_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return ["measurement", "median ms", "min ms", "n"], rows
 
 
-def targets_table(targets: list[dict[str, str]]) -> tuple[list[str], list[list[str]]]:
-    return ["target", "verdict", "measured"], [[t["name"], t["status"], t["measured"] or t["detail"]] for t in targets]
-
-
 def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool) -> str:
     """Every table of a report, as text or as markdown."""
     v = report["versions"]
@@ -285,7 +289,7 @@ def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool)
     comp = report.get("compile")
     if comp and "error" not in comp:
         parts.append(f"{head}Compile, load and import times\n\n" + table(*compile_table(comp)))
-    parts.append(f"{head}Targets\n\n" + table(*targets_table(report["targets"]), align="lll"))
+    parts.append(f"{head}Targets\n\n" + table(*targets_table(report["targets"], wrap=not markdown), align="lll"))
     for name in ("compile", "launch", "sweep", "sequence", "helion"):
         error = (report.get(name) or {}).get("error")
         if error:

@@ -7,13 +7,14 @@ can be evaluated again.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from .harness import median_of
 
-__all__ = ["TARGETS", "TargetResult", "evaluate"]
+__all__ = ["TARGETS", "TargetResult", "evaluate", "targets_table"]
 
 
 @dataclass
@@ -248,3 +249,26 @@ def evaluate(report: dict[str, Any]) -> list[TargetResult]:
             status, measured, detail = "N/A", "", "a median of zero"
         out.append(TargetResult(name, status, measured, detail))
     return out
+
+
+#: Widths of the printed Targets table's wrapped cells: with the verdict's column, at most 171
+#: characters a line, where a target's name or its measurement alone runs past 200.
+TARGET_WIDTH, MEASURED_WIDTH = 72, 88
+
+
+def targets_table(targets: Sequence[dict[str, str]], *, wrap: bool = True) -> tuple[list[str], list[list[str]]]:
+    """Header and rows of the Targets table: each target, its verdict, and what was measured (or
+    why not).
+
+    ``wrap`` breaks the target and measured cells into lines, which
+    :func:`launchpad.reporting.format.format_table` prints one under another; markdown keeps them
+    whole (a markdown cell is one line; its renderer wraps it).
+    """
+    rows = []
+    for t in targets:
+        name, measured = t["name"], t["measured"] or t["detail"]
+        if wrap:
+            name = "\n".join(textwrap.wrap(name, TARGET_WIDTH, break_on_hyphens=False))
+            measured = "\n".join(textwrap.wrap(measured, MEASURED_WIDTH, break_on_hyphens=False))
+        rows.append([name, t["status"], measured])
+    return ["target", "verdict", "measured"], rows

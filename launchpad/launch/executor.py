@@ -14,6 +14,9 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import sys
+import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,13 +27,13 @@ from ..core import driver as _driver
 from ..core.loader import E_FUNCTION
 from ..core.params import POINTER_DTYPES, Param
 from ..core.spec import KernelSpec
-from ..errors import ArgumentError, LaunchpadError
+from ..errors import ArgumentError, LaunchpadError, LaunchpadWarning
 from . import checks as _checks
 from . import hooks as _hooks
 from . import memory as _memory
 from . import pylaunch as _pylaunch
 
-__all__ = ["Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_ops", "slot_kind"]
+__all__ = ["NOT_BUILT", "Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_ops", "slot_kind"]
 
 # Slot kinds and operation kinds, as claunch.h numbers them.
 SK_POINTER, SK_INT, SK_UINT, SK_BOOL, SK_F16, SK_BF16, SK_F32, SK_F64, SK_BYTES, SK_UNTYPED = range(10)
@@ -51,9 +54,26 @@ else:
     _import_error = ""
 
 
+#: The warning of a process whose launches take the Python executor because the compiled module is
+#: missing: nothing else tells a source tree that was never built why its launches are slow.
+NOT_BUILT = (
+    "launchpad's compiled launcher (launchpad.launch._claunch) is not built, so kernels launch through "
+    "the Python executor: the same results, with more overhead on every launch. Build it with "
+    "`python3 setup.py build_ext --inplace` in a source tree, or reinstall launchpad-kernels where a C "
+    "compiler is installed (`python -m launchpad info` shows why it is missing; LAUNCHPAD_PYTHON_LAUNCH=1 "
+    "chooses the Python executor without this warning)"
+)
+_not_built_warned = False
+_not_built_lock = threading.Lock()
+
+
+def _python_forced() -> bool:
+    return os.environ.get("LAUNCHPAD_PYTHON_LAUNCH", "") not in ("", "0")
+
+
 def launch_path() -> tuple[str, str]:
     """``("compiled", "")``, or ``("python", why)`` when kernels launch through the Python executor."""
-    if os.environ.get("LAUNCHPAD_PYTHON_LAUNCH", "") not in ("", "0"):
+    if _python_forced():
         return "python", "LAUNCHPAD_PYTHON_LAUNCH is set"
     if _claunch is None:
         return "python", _import_error
@@ -264,11 +284,41 @@ def _python_bound(spec: KernelSpec, entry: tuple, g: tuple, b: tuple, shared_mem
     return bound
 
 
+def _warn_not_built() -> None:
+    """Issue :data:`NOT_BUILT` once per process, pointed at the caller's launch."""
+    global _not_built_warned
+    with _not_built_lock:
+        if _not_built_warned:
+            return
+        _not_built_warned = True
+    warnings.warn(NOT_BUILT, LaunchpadWarning, stacklevel=_stacklevel())
+
+
+def _stacklevel() -> int:
+    """The ``stacklevel`` that points a warning issued by the caller at the first frame outside
+    launchpad (its generated launch functions, ``<launchpad ...>``, included)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep  # launchpad/, above launch/
+    frame: Any = sys._getframe(2)
+    level = 2
+    while frame is not None and frame.f_code.co_filename.startswith((package, "<launchpad ")):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, compiled: bool | None = None) -> Executor:
     """The executor of one kernel: the Python one, and the compiled one in front of it unless
-    ``compiled`` is False or :func:`launch_path` says it is unavailable."""
+    ``compiled`` is False or :func:`launch_path` says it is unavailable.
+
+    Where the Python one launches only because the compiled module is missing (``compiled`` not
+    given, ``LAUNCHPAD_PYTHON_LAUNCH`` not set), its first launch in each thread issues
+    :data:`NOT_BUILT` (once per process): at a launch, not at import, since compiling and
+    inspecting without launching lose nothing; and only there, so the compiled path pays nothing.
+    """
     devices = devices or Devices()
-    python = _pylaunch.build(spec, loader, devices)
+    if compiled is None and _claunch is None and not _not_built_warned and not _python_forced():
+        python = _pylaunch.build(spec, loader, devices, first_launch=_warn_not_built)
+    else:
+        python = _pylaunch.build(spec, loader, devices)
     hooks = _hooks.for_spec(spec, loader)
     if hooks is not None:
         python.launch = hooks.wrap(python.launch, devices)

@@ -94,13 +94,15 @@ class _Writer:
         return name
 
 
-def build(spec: KernelSpec, runtime: Any, devices: Any) -> PythonLaunch:
+def build(spec: KernelSpec, runtime: Any, devices: Any, first_launch: Callable[[], None] | None = None) -> PythonLaunch:
     """Write and compile the launch functions of one kernel.
 
     ``runtime`` is the kernel's :class:`~launchpad.core.loader.Loader`: ``entries`` (device ->
     entry tuple, shared and kept current by it), ``entry(device)`` (loads on first use),
     ``raise_shared(device, n)`` and ``launch_ex(...)``. ``devices``
-    (:class:`~launchpad.launch.executor.Devices`) says where launches go.
+    (:class:`~launchpad.launch.executor.Devices`) says where launches go. ``first_launch``, if
+    given, is called at each thread's first launch (where its argument buffer is made, so no
+    later launch pays for it).
     """
     ctx = Context(spec.display_name, spec.params, spec.args)
     w = _Writer()
@@ -110,6 +112,8 @@ def build(spec: KernelSpec, runtime: Any, devices: Any) -> PythonLaunch:
 
     def new_state() -> tuple[Any, int]:
         # One per thread: threads never share a mutable argument buffer.
+        if first_launch is not None:
+            first_launch()
         buf, pointers = parameter_block(spec.params, size)
         tls.keep = pointers
         tls.state = (buf, ctypes.addressof(pointers) if param_count else 0)

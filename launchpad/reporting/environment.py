@@ -57,6 +57,9 @@ def gpu_status() -> tuple[bool, str]:
     """``(True, "")`` when torch and the CUDA driver both see a GPU, else ``(False, why not)``.
 
     launchpad launches on torch's streams, so it needs a CUDA build of torch as well as a GPU.
+    Why not is one short clause per missing piece, in words a newcomer acts on (``torch
+    2.13.0+cpu is a CPU-only build, and no NVIDIA driver was found``), not the driver
+    bindings' own text: the demo, ``info`` and ``bench`` put it in a sentence.
     """
     import torch
 
@@ -65,16 +68,17 @@ def gpu_status() -> tuple[bool, str]:
 
     reasons = []
     if torch.version.cuda is None:
-        reasons.append(f"this torch build ({torch.__version__}) has no CUDA support")
+        reasons.append(f"torch {torch.__version__} is a CPU-only build")
     elif not torch.cuda.is_available():
-        reasons.append("torch sees no CUDA device")
+        reasons.append(f"torch {torch.__version__} sees no CUDA device")
     try:
-        _driver.init()  # raises with the driver's own reason when there is none
+        _driver.init()
         if _driver.device_count() == 0:
-            reasons.append("the CUDA driver reports no GPU")
+            reasons.append("the NVIDIA driver reports no GPU")
     except NoDeviceError as exc:
-        reasons.append(str(exc).split(";")[0])  # the part after ';' is generic advice
-    return not reasons, "; ".join(reasons)
+        missing = str(exc).startswith(_driver.NO_DRIVER)
+        reasons.append("no NVIDIA driver was found" if missing else "the NVIDIA driver reports no GPU")
+    return not reasons, ", and ".join(reasons)
 
 
 def toolchain() -> dict[str, dict[str, str | None]]:

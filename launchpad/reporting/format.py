@@ -23,19 +23,28 @@ def format_table(header: Sequence[str], rows: Sequence[Sequence[Any]], align: st
     """A plain text table under a rule.
 
     ``align`` has one ``l`` or ``r`` per column (default: the first left, the others right). A
-    row shorter than the header (a launcher that is missing, with its reason) spans the rest.
+    row shorter than the header (a launcher that is missing, with its reason) spans the rest. A
+    cell of several lines (``"\\n"``, a long text wrapped) takes that many lines, each in its column.
     """
     align = align or "l" + "r" * (len(header) - 1)
     cells = [["" if c is None else str(c) for c in row] for row in rows]
     width = [len(h) for h in header]
     for row in cells:
         if len(row) == len(header):
-            width = [max(w, len(c)) for w, c in zip(width, row)]
+            width = [max(w, *(len(part) for part in c.split("\n"))) for w, c in zip(width, row)]
 
     def line(row: Sequence[str]) -> str:
         if len(row) < len(header):
             return indent + "  ".join([row[0].ljust(width[0]), *row[1:]]).rstrip()
-        return indent + "  ".join(c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(row, width, align)).rstrip()
+        parts = [c.split("\n") for c in row]
+        return "\n".join(
+            indent
+            + "  ".join(
+                (p[i] if i < len(p) else "").rjust(w) if a == "r" else (p[i] if i < len(p) else "").ljust(w)
+                for p, w, a in zip(parts, width, align)
+            ).rstrip()
+            for i in range(max(len(p) for p in parts))
+        )
 
     rule = indent + "  ".join("-" * w for w in width)
     return "\n".join([line(list(header)), rule, *(line(r) for r in cells)])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from .device import (
     DRIVER_NEEDED,
+    NO_DRIVER,
     SUCCESS,
     CUresult,
     bindings_version,
@@ -84,6 +85,7 @@ from .tensor_maps import encode_tensor_map_tiled
 __all__ = [
     "DRIVER_NEEDED",
     "FUNCTION_ATTRIBUTES",
+    "NO_DRIVER",
     "OVERSIZED_LAUNCH_BYTES",
     "SUCCESS",
     "CUresult",

@@ -73,6 +73,11 @@ def check(result: tuple, call: str) -> Any:
     return result[1] if len(result) == 2 else result[1:]
 
 
+#: How the :class:`NoDeviceError` of a machine without the driver library begins: by it
+#: ``gpu_status`` tells that machine (install the driver) from one whose driver sees no GPU.
+NO_DRIVER = "no CUDA driver found"
+
+
 def init() -> None:
     """Initialize the driver once; raise :class:`NoDeviceError` when there is none, and
     :class:`UnsupportedVersion` when it is older than the installed cuda-bindings needs."""
@@ -86,7 +91,7 @@ def init() -> None:
             result = _cu.cuInit(0)
         except Exception as exc:  # the bindings raise when libcuda.so cannot be found
             raise NoDeviceError(
-                f"no CUDA driver found ({exc}); launching needs one, compiling does not: give the target "
+                f"{NO_DRIVER} ({exc}); launching needs one, compiling does not: give the target "
                 "architecture (arch='sm_90' for an H100) to compile without a GPU"
             ) from None
         try:
