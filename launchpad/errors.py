@@ -8,13 +8,16 @@ all, and each also derives from the builtin that fits it (``TypeError``, ``Value
 =======================  ===================================================================
 class                    raised when
 =======================  ===================================================================
-``ArgumentError``        a launch argument or configuration is invalid (before any driver call)
+``ArgumentError``        a launch argument or configuration is invalid (before any driver call), or
+                         a compile option (``arch``)
 ``ArgumentTypeError``    ... and the problem is its type (also a ``TypeError``)
 ``RecordError``          a function cannot be recorded as a sequence with the inputs named (an
                          input decides what it launches, a launch takes a value derived from one)
 ``OutOfResources``       a kernel asks for more shared memory or threads than the device allows
 ``BinaryError``          a binary cannot be used: not a valid image, no such kernel in it, built
-                         for another architecture, a damaged or modified saved artifact
+                         for another architecture, a file that is not a launchpad artifact, a
+                         damaged or modified saved artifact
+``MissingFileError``     a file launchpad was given does not exist (also a ``FileNotFoundError``)
 ``CompileError``         NVRTC, nvJitLink, Triton or Numba refused the code
 ``CudaError``            a CUDA driver call failed
 ``NoDeviceError``        there is no CUDA driver, GPU or CUDA build of torch to launch on
@@ -26,6 +29,8 @@ class                    raised when
 """
 
 from __future__ import annotations
+
+import errno
 
 #: The name pip installs launchpad by (the import package is ``launchpad``): what messages that say
 #: what to install name, e.g. ``pip install "launchpad-kernels[cu13]"``.
@@ -40,6 +45,7 @@ __all__ = [
     "CudaError",
     "LaunchpadError",
     "LaunchpadWarning",
+    "MissingFileError",
     "NoDeviceError",
     "OutOfResources",
     "RecordError",
@@ -102,7 +108,10 @@ class UnsupportedVersion(LaunchpadError, RuntimeError):
 
 
 class ArgumentError(LaunchpadError, ValueError):
-    """A launch argument or launch configuration is invalid; raised before any driver call."""
+    """A launch argument or launch configuration is invalid; raised before any driver call.
+
+    Also raised for a compile option no compiler takes: an ``arch`` that is neither an
+    architecture (``"sm_90"``, ``90``) nor a GPU's name (``"h100"``); the message lists both."""
 
 
 class ArgumentTypeError(ArgumentError, TypeError):
@@ -127,9 +136,30 @@ class BinaryError(LaunchpadError, ValueError):
     :func:`~launchpad.compile_cuda`, the source: the kernels it defines are listed) does not define, a
     binary built for an architecture the device cannot run (checked before the driver loads
     it), an image the driver refuses to load (the ``CUresult`` name is in the message and the
-    :class:`CudaError` is the ``__cause__``), and a saved artifact that is damaged, truncated,
-    modified after it was written or of another format version (naming its path).
+    :class:`CudaError` is the ``__cause__``), a file given to :func:`~launchpad.load` that is not
+    a launchpad artifact (the message says what one is and how to make one), and a saved
+    artifact that is damaged, truncated, modified after it was written or of another format
+    version (naming its path).
     """
+
+
+class MissingFileError(LaunchpadError, FileNotFoundError):
+    """A file launchpad was asked to read does not exist (:func:`launchpad.load`,
+    :func:`launchpad.load_cubin` given a path). Also a ``FileNotFoundError`` (``errno`` is
+    ``ENOENT``), so ``except FileNotFoundError`` catches it too.
+
+    Attributes
+    ----------
+    path : str
+        The path that was given.
+    """
+
+    def __init__(self, message: str, path: str = ""):
+        super().__init__(message)
+        # errno alone, not OSError's filename and strerror: with those, str() would be OSError's
+        # "[Errno 2] ..." rather than the message
+        self.errno = errno.ENOENT
+        self.path = path
 
 
 class CompileError(LaunchpadError, RuntimeError):

@@ -23,7 +23,7 @@ from .core import driver as _driver
 from .core.binary import BinaryKernel, kernels_in_image, read_image
 from .core.loader import Loader
 from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
-from .errors import ArgumentError, BinaryError, NoDeviceError
+from .errors import ArgumentError, BinaryError, MissingFileError, NoDeviceError
 from .launch import executor as _executor
 from .launch.checks import Context
 
@@ -276,8 +276,11 @@ def load(path: str | Path) -> Kernel:
 
     Raises
     ------
+    MissingFileError
+        There is no file at ``path`` (also a ``FileNotFoundError``).
     BinaryError
-        The file is not a launchpad artifact, is of another format version, or is damaged.
+        The file is not a launchpad artifact (the message says what one is and how to make one),
+        is of another format version, or is damaged.
     LaunchpadError
         The file cannot be read.
     """
@@ -300,7 +303,9 @@ def load_cubin(
     ------
     BinaryError
         The bytes are not a cubin, fatbin or PTX image, are truncated or damaged where that can
-        be told without a GPU, or hold no kernel ``name``. (Whether the device can run the
+        be told without a GPU, or hold no kernel ``name``.
+    MissingFileError
+        ``data_or_path`` is a path and there is no file there. (Whether the device can run the
         binary is checked when it is loaded into one, before the driver sees it.)
     ArgumentError
         ``signature`` does not agree with the binary.
@@ -309,6 +314,8 @@ def load_cubin(
         image, kind = read_image(data_or_path)
     except BinaryError as exc:
         raise BinaryError(f"kernel {name!r}: {exc}") from None
+    except MissingFileError as exc:
+        raise MissingFileError(f"kernel {name!r}: {exc}", exc.path) from None
     return Kernel(spec_from_image(image, kind, name, signature=signature))
 
 

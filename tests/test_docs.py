@@ -91,3 +91,44 @@ def test_examples_run_without_a_gpu(page, tmp_path, monkeypatch):
 def test_examples_run_on_a_gpu(page, tmp_path, monkeypatch):
     monkeypatch.setenv("LAUNCHPAD_CACHE_DIR", str(tmp_path / "cache"))
     run(page, gpu=True)
+
+
+def prose(page: Path) -> str:
+    """A page without its code: fenced blocks and inline code spans (which may wrap a line)."""
+    text = re.sub(r"^```.*?^```", "", page.read_text(), flags=re.M | re.S)
+    return re.sub(r"`[^`]*`", "", text)
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.stem)
+def test_links_lead_somewhere(page):
+    """Every ``[text](target)`` outside code is a link to a web page or to a file beside the page:
+    code such as ``k[grid](...)`` left unquoted would render as a link to ``...`` (on the site and
+    on GitHub), so code goes in backticks."""
+    broken = [
+        f"[{text}]({target})"
+        for text, target in re.findall(r"\[([^\]]*)\]\(([^)]*)\)", prose(page))
+        if not re.match(r"https?://", target) and not (page.parent / target.split("#")[0]).exists()
+    ]
+    assert not broken, f"{page.name}: links to nothing (code not in backticks?): {broken}"
+
+
+def test_the_readme_gives_the_cpu_install_with_the_test_command():
+    """Where the README says how to run the tests, it says first how to install torch's CPU build
+    (the registry's default is the CUDA one, several GB), as CI does."""
+    if not README.is_file():
+        pytest.skip("no README beside the tests")
+    with_tests = [b for b in re.findall(r"^```bash\n(.*?)^```", README.read_text(), re.M | re.S) if "pytest" in b]
+    assert len(with_tests) == 1, "the README gives its test command in one bash block"
+    lines = with_tests[0].splitlines()
+    cpu = [i for i, line in enumerate(lines) if "torch==2.13.0" in line and "download.pytorch.org/whl/cpu" in line]
+    tests = [i for i, line in enumerate(lines) if "python -m pytest" in line]
+    assert cpu and tests and cpu[0] < tests[0]
+
+
+def test_the_triton_page_has_gluon():
+    page = DOCS / "triton.md"
+    if not page.is_file():
+        pytest.skip("no docs/ beside the tests")
+    text = page.read_text()
+    assert "## Gluon kernels" in text and "`triton.experimental.gluon`" in text
+    assert any("@gluon.jit" in code and "triton_launcher" in code for gpu, code in blocks(page) if not gpu)

@@ -20,7 +20,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..errors import BinaryError, LaunchpadError
+from ..errors import BinaryError, LaunchpadError, MissingFileError
 from .spec import KernelSpec
 
 __all__ = ["ARTIFACT_FORMAT", "ARTIFACT_VERSION", "body", "read", "save"]
@@ -84,35 +84,90 @@ def _name_in(text: str) -> str:
         return ""
 
 
+#: What an artifact is and how to make one: the end of every message for a file that is not one.
+WHAT_ONE_IS = (
+    f'a launchpad kernel artifact is the JSON file Kernel.save(path) writes, whose "format" is "{ARTIFACT_FORMAT}": '
+    "make one with the save(path) of any launchpad Kernel (from lp.compile_cuda, lp.from_triton, lp.from_numba...), "
+    "then lp.load(path) loads it"
+)
+#: How every artifact starts (save() writes its format first): a file that starts so but does not
+#: parse is a damaged artifact; anything else that does not parse is not one.
+_START = re.compile(r'\s*\{\s*"format"\s*:\s*"' + re.escape(ARTIFACT_FORMAT) + '"')
+
+
+def _not_an_artifact(path: str | Path, why: str) -> BinaryError:
+    """The refusal of a file that is not an artifact: why, then what an artifact is."""
+    return BinaryError(
+        f"{str(path)!r} is not a launchpad kernel artifact: {why}. {WHAT_ONE_IS[0].upper()}{WHAT_ONE_IS[1:]}"
+    )
+
+
+def _unparsed(path: str | Path, raw: bytes) -> str:
+    """Why a file that is not JSON is no artifact, and what loads it where launchpad can tell."""
+    if raw[:4] in (b"\x7fELF", b"\x50\xed\x55\xba"):
+        kind = "cubin" if raw[:1] == b"\x7f" else "fatbin"
+        return f"it is a {kind}, which lp.load_cubin(path, kernel_name) loads"
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        return f"it is not text (it starts {raw[:8]!r})"
+    suffix = Path(path).suffix.lower()
+    if b".entry" in raw and b".version" in raw:
+        return "it is PTX, which lp.load_cubin(path, kernel_name) loads"
+    if suffix in (".cu", ".cuh"):
+        return "it is CUDA C++ source, which lp.compile_cuda(source, kernel_name) compiles into a Kernel"
+    if suffix == ".py" or re.search(r"^(import \w|from [\w.]+ import |def \w+\(|class \w+[(:]|@\w)", text, re.M):
+        return (
+            "it is not JSON but Python source: import it and make Kernels of its kernels (lp.compile_cuda, "
+            "lp.from_triton, lp.from_numba...)"
+        )
+    return "it is not JSON"
+
+
+def _parsed(d: Any) -> str:
+    """Why a JSON value is no artifact."""
+    if not isinstance(d, dict):
+        return f'it holds a JSON {type(d).__name__}, not an object with "format": "{ARTIFACT_FORMAT}"'
+    if "num_warps" in d and "name" in d:  # Triton's metadata of a cache entry (NAME.json)
+        return "it is the metadata Triton writes beside a cubin in its cache, which lp.load_triton(path) loads"
+    if "format" not in d:
+        return 'its JSON has no "format"'
+    return f'its "format" is {d["format"]!r}'
+
+
 def read(path: str | Path) -> KernelSpec:
     """The spec saved at ``path``, after checking its format, version and digest.
 
     Raises
     ------
+    MissingFileError
+        There is no file at ``path`` (also a ``FileNotFoundError``).
     BinaryError
-        The file is not a launchpad artifact (random bytes included), is of another format
-        version, or is damaged: truncated, or modified after it was written (its SHA-256 does
-        not match). Nothing of it is used then.
+        The file is not a launchpad artifact (a cubin, Python source, other JSON, random bytes:
+        the message says what an artifact is, and what loads the file where it can tell), is of
+        another format version, or is damaged: truncated, or modified after it was written (its
+        SHA-256 does not match). Nothing of it is used then.
     LaunchpadError
         The file cannot be read.
     """
     where = f"launchpad artifact {str(path)!r}"
     try:
         raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise MissingFileError(f"no file {str(path)!r} to load: {WHAT_ONE_IS}", str(path)) from None
     except OSError as exc:
         raise LaunchpadError(f"cannot read {where}: {exc.strerror or exc}") from None
     try:
-        text = raw.decode()
-    except UnicodeDecodeError:
-        raise BinaryError(
-            f"{str(path)!r} is not a launchpad kernel artifact: it is not text ({raw[:8]!r}...)"
-        ) from None
-    try:
-        d = json.loads(text)
-    except ValueError as exc:
-        raise BinaryError(f"{where}{_name_in(text)} is damaged or truncated: it is not valid JSON ({exc})") from None
+        d = json.loads(raw.decode())
+    except ValueError as exc:  # not UTF-8 or not JSON: a damaged artifact, or no artifact at all
+        text = raw.decode(errors="replace")
+        if _START.match(text):
+            raise BinaryError(
+                f"{where}{_name_in(text)} is damaged or truncated: it is not valid JSON ({exc}); save the kernel again"
+            ) from None
+        raise _not_an_artifact(path, _unparsed(path, raw)) from None
     if not isinstance(d, dict) or d.get("format") != ARTIFACT_FORMAT:
-        raise BinaryError(f"{str(path)!r} is not a launchpad kernel artifact (format {ARTIFACT_FORMAT!r})")
+        raise _not_an_artifact(path, _parsed(d))
     kernel = d.get("display_name") or d.get("name")
     what = f"{where} (kernel {kernel!r})" if isinstance(kernel, str) else where
     if d.get("version") not in _READABLE:

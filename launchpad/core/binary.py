@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BinaryError
+from ..errors import BinaryError, MissingFileError
 from .params import Param
 
 __all__ = [
@@ -56,9 +56,16 @@ def read_image(data_or_path: bytes | bytearray | memoryview | str | Path) -> tup
     ------
     BinaryError
         The bytes are none of these.
+    MissingFileError
+        ``data_or_path`` is a path and there is no file there (also a ``FileNotFoundError``).
     """
     if isinstance(data_or_path, (str, Path)):
-        data = Path(data_or_path).read_bytes()
+        try:
+            data = Path(data_or_path).read_bytes()
+        except FileNotFoundError:
+            raise MissingFileError(
+                f"no file {str(data_or_path)!r} (a cubin, fatbin or PTX image was expected)", str(data_or_path)
+            ) from None
     else:
         data = bytes(data_or_path)
     if data[:4] == b"\x7fELF":

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import DISTRIBUTION, BinaryError, CompileError
 from . import cache as _cache
 from . import driver as _driver
+from .arch import resolve_arch  # the front ends resolve arch= here, where they compile
 from .binary import TYPE_PROBE
 
 __all__ = [
@@ -31,19 +32,6 @@ __all__ = [
     "object_code",
     "resolve_arch",
 ]
-
-
-def resolve_arch(arch: str | int | tuple[int, int] | None) -> str:
-    """``"sm_90"`` from ``"sm_90"``, ``"90"``, ``90`` or ``(9, 0)``; None asks the current GPU."""
-    if arch is None:
-        import torch
-
-        major, minor = _driver.compute_capability(torch.cuda.current_device() if _driver.device_count() else 0)
-        return f"sm_{major}{minor}"
-    if isinstance(arch, tuple):
-        return f"sm_{arch[0]}{arch[1]}"
-    text = str(arch)
-    return text if text.startswith(("sm_", "compute_")) else f"sm_{text}"
 
 
 @functools.cache

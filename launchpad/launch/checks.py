@@ -23,6 +23,7 @@ from ..core import driver as _driver
 from ..core.params import Param
 from ..core.spec import Arg
 from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
+from .wording import describe, host_array
 
 __all__ = [
     "CONVERTERS",
@@ -32,6 +33,7 @@ __all__ = [
     "bf16_value",
     "describe",
     "dims",
+    "host_array",
     "no_device",
     "pointer_of",
     "same_value",
@@ -94,13 +96,6 @@ class Context:
         return cls(f"{self.where(arg)}: {message}")
 
 
-def describe(value: Any) -> str:
-    """A value as messages name it: ``a torch.float32 tensor on cuda:0``, ``int 5``."""
-    if isinstance(value, torch.Tensor):
-        return f"a {value.dtype} tensor on {value.device}"
-    return f"{type(value).__name__} {value!r}"[:120]
-
-
 def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, stream: int, dtype: torch.dtype | None) -> int:
     """Device address of any pointer-like argument, with every check; the slow path.
 
@@ -127,6 +122,8 @@ def pointer_of(ctx: Context, arg: Arg, value: Any, device: int, stream: int, dty
         if dtype is not None and value.dtype != dtype:
             raise ctx.error(arg, f"expected a {dtype} tensor, got {describe(value)}", ArgumentTypeError)
         address = value.data_ptr()
+    elif isinstance(value, np.ndarray):
+        raise ctx.error(arg, host_array(value, dtype), ArgumentTypeError)
     else:
         cai = getattr(value, "__cuda_array_interface__", None)
         if cai is not None:
@@ -175,7 +172,9 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int, stream: int) 
     size = ctx.params[arg.param].size
     bits = 8 * size
     itemsize = getattr(getattr(value, "dtype", None), "itemsize", None)
-    if itemsize is not None and not isinstance(value, torch.Tensor) and hasattr(value, "tobytes"):
+    # a numpy scalar (or 0-d array) is a value; an array of several, a pointer or nothing (below)
+    scalar = not isinstance(value, torch.Tensor) and not (isinstance(value, np.ndarray) and value.ndim)
+    if itemsize is not None and scalar and hasattr(value, "tobytes"):
         if itemsize != size:  # a numpy scalar says its own width (np.float64 is also a float)
             raise ctx.error(arg, f"{describe(value)} is {itemsize} bytes, the parameter {size}")
         return int.from_bytes(value.tobytes(), "little")

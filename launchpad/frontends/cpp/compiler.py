@@ -56,7 +56,9 @@ def compile_cuda(
         The kernel: an ``extern "C"`` name, a C++ name, or a template instance such as
         ``"axpy<float>"`` (resolved through NVRTC name expressions).
     arch : optional
-        ``"sm_90"``, ``90`` ...; default: the current GPU's (needs a GPU).
+        ``"sm_90"``, ``"sm_90a"``, ``"compute_90"``, ``90`` or a GPU's name (``"h100"``, ``"a100"``,
+        ``"l4"``...; see :func:`launchpad.core.arch.resolve_arch`); default: the current GPU's
+        (needs a GPU).
     defines, include_dirs, options
         Macros (``{"N": 4}``), include directories, raw NVRTC flags.
     signature : optional
@@ -70,6 +72,10 @@ def compile_cuda(
     CompileError
         The code does not compile: naming the kernel, with NVRTC's full log; or NVRTC is not
         installed (the message gives the pip command that installs it).
+    ArgumentError
+        ``arch`` is neither an architecture nor a GPU's name (the message lists both).
+    NoDeviceError
+        No ``arch`` was given and there is no GPU to compile for.
     BinaryError
         The source defines no kernel ``name`` (it compiles, but ``name`` resolves to no
         ``__global__`` function): the message lists the kernels it defines and the closest name,
@@ -95,7 +101,7 @@ def compile_cuda_module(
     signatures: Mapping[str, str | Sequence[str]] | None = None,
 ) -> dict[str, Kernel]:
     """Compile several kernels of one source at once; return them by the names given."""
-    arch = resolve_arch(arch)
+    arch = resolve_arch(arch, kernel=names)
     signatures = signatures or {}
     cubin, symbols, probed = _compile_probed(source, names, arch, std, defines, include_dirs, options)
     kernels = {}
@@ -196,7 +202,7 @@ def link(
 ) -> Kernel:
     """Link objects (LTO-IR, PTX, cubins, fatbins: ObjectCode, bytes or paths) with nvJitLink
     into a cubin, and return its kernel ``name`` (the entry symbol)."""
-    arch = resolve_arch(arch)
+    arch = resolve_arch(arch, kernel=display_name or name)
     cubin = link_objects(objects, arch, lto=lto, what=f"kernel {display_name or name!r}")
     spec = spec_from_image(cubin, "cubin", name, signature=signature, display_name=display_name,
                            metadata={"frontend": "link", "arch": arch})  # fmt: skip

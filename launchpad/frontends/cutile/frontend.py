@@ -94,7 +94,7 @@ def from_cutile(
         applied by launchpad). Or a ``KernelSignature`` (cuTile's recommended way: every
         assumption explicit).
     arch : optional
-        ``"sm_90"``, ``90``, ``(9, 0)``...; default: the current GPU's.
+        ``"sm_90"``, ``90``, ``(9, 0)``, a GPU's name (``"h100"``)...; default: the current GPU's.
     calling_convention : cuda.tile.compilation.CallingConvention, optional
         For example arguments: the convention to compile with; default the one ``ct.launch``
         picks (``cutile_python_v1``, or ``v2`` where the signature needs it).
@@ -127,7 +127,7 @@ def from_cutile(
         raise ArgumentTypeError(f"from_cutile takes a @ct.kernel function, got {type(kernel).__name__}")
     name = pyfunc_of(kernel).__name__
     if cubin is None:  # the compiler first: a missing one is named before any argument is read
-        target = toolchain.resolve_arch(arch)
+        target = toolchain.resolve_arch(arch, kernel=name)
         check_tileiras(target)
     signature = _signature(kernel, name, args_or_signature, calling_convention)
     if cubin is None:

@@ -61,7 +61,9 @@ def from_numba(
         ``[::1]`` / ``[:, ::1]`` C-contiguous, ``[::1, :]`` Fortran-contiguous, ``[:]`` /
         ``[:, :]`` any strides.
     arch : optional
-        ``"sm_90"``, ``90``, ``(9, 0)``...; default: the current GPU's.
+        ``"sm_90"``, ``90``, ``(9, 0)``, a GPU's name (``"h100"``)...; default: the current GPU's.
+        Without a GPU, give it: a missing one raises :class:`~launchpad.NoDeviceError` naming the
+        kernel.
     lto : bool
         Compile to LTO-IR and link with link-time optimization (default), or go through PTX
         (always PTX where numba-cuda lacks the compile entry point launchpad prefers).
@@ -84,6 +86,10 @@ def from_numba(
     ------
     CompileError
         Numba or nvJitLink refused the code (the message has their log).
+    ArgumentError
+        ``arch`` is neither an architecture nor a GPU's name (the message lists both).
+    NoDeviceError
+        No ``arch`` was given and there is no GPU to compile for.
     LaunchpadError
         A signature launchpad cannot pass (datetimes, ...), or a kernel that needs Numba's
         runtime (NRT).
@@ -142,7 +148,7 @@ def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any
     except LaunchpadError as exc:  # a type launchpad cannot pass: say which kernel
         raise LaunchpadError(f"kernel {name!r}, {exc}") from None
 
-    arch = toolchain.resolve_arch(arch)
+    arch = toolchain.resolve_arch(arch, kernel=name)
     cc = _compute_capability(arch)
     options = {k: target_options[k] for k in _JIT_OPTIONS if target_options.get(k) is not None}
     compiled = compile_kernel(pyfunc, argtypes, cc, lto, options)

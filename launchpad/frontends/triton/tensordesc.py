@@ -51,6 +51,7 @@ from ...core.params import POINTER_DTYPES
 from ...core.spec import Arg
 from ...errors import ArgumentError, ArgumentTypeError
 from ...launch.checks import CONVERTERS, Context, pointer_of
+from ...launch.checks import describe as _describe
 
 __all__ = ["TMA_DTYPE_DEVICE_TO_HOST", "converter", "tensordesc"]
 
@@ -74,10 +75,6 @@ _MAP_CACHE_LOCK = threading.Lock()  # lookups need none; filling and emptying ta
 _DTYPES: dict[str, torch.dtype | None] = {
     word: getattr(torch, name, None) if name else None for word, name in POINTER_DTYPES.items()
 }
-
-
-def _describe(value: Any) -> str:
-    return f"{type(value).__name__} {value!r}"[:120]
 
 
 def _ints(ctx: Context, arg: Arg, value: Any, what: str, rank: int) -> tuple[int, ...]:
