@@ -1,6 +1,6 @@
-"""Gluon kernels for the tests, written for Triton 3.6's Gluon (``triton.experimental.gluon``) after
-the topics of Triton's Gluon tutorials that run on Hopper: explicit layouts, shared memory, TMA
-with mbarriers, wgmma, warp specialization.
+"""Gluon kernels for the tests, written for the Gluon (``triton.experimental.gluon``) of Triton 3.6
+and of Triton 3.9 after the topics of Triton's Gluon tutorials that run on Hopper: explicit layouts,
+shared memory, TMA with mbarriers, wgmma, warp specialization.
 
 - ``blocked_add``: a blocked register layout chosen by the kernel;
 - ``transpose_via_shared``: a tile through swizzled shared memory, read back permuted, and a
@@ -10,8 +10,15 @@ with mbarriers, wgmma, warp specialization.
 - ``ws_scale``: warp specialization, a 1-warp TMA producer and the default partition consuming a
   two-slot ring of shared buffers through "ready"/"empty" mbarriers.
 
-Each module-level ``*_args(...)`` gives a kernel's host-side arguments for a problem, so that the
-CPU tests (compiling for sm_90) and the GPU tests call them alike.
+Of what these kernels use, Gluon renamed only the TMA copies between the two: Triton 3.6's
+``tma.async_copy_global_to_shared`` / ``tma.async_copy_shared_to_global`` are Triton 3.9's
+``tma.async_load`` / ``tma.async_store`` (same arguments; the old names still exist there but raise
+"has been removed" when compiled). ``tma_load`` and ``tma_store`` below are whichever the installed
+Gluon has, chosen by which names ``tma`` exports. mbarriers, ``warp_specialize``, ``warpgroup_mma``,
+``fence_async_shared``, the layouts and ``TensorDescriptor`` are called alike on both.
+
+``descriptor(...)`` makes the host-side TMA descriptors, so that the CPU tests (compiling for sm_90)
+and the GPU tests build the kernels' arguments alike.
 """
 
 from __future__ import annotations
@@ -21,6 +28,14 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, warpgroup_mma
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+#: Whether the installed Gluon spells the TMA copies ``tma.async_load``/``tma.async_store`` (Triton 3.9)
+#: rather than ``tma.async_copy_global_to_shared``/``tma.async_copy_shared_to_global`` (Triton 3.6).
+TMA_LOAD_STORE = "async_load" in tma.__all__ and "async_store" in tma.__all__
+#: TMA global -> shared copy completing on an mbarrier: ``(desc, coord, barrier, smem, pred=True)``.
+tma_load = tma.async_load if TMA_LOAD_STORE else tma.async_copy_global_to_shared
+#: TMA shared -> global copy: ``(desc, coord, smem)``.
+tma_store = tma.async_store if TMA_LOAD_STORE else tma.async_copy_shared_to_global
 
 # --- layouts -------------------------------------------------------------------------------------
 
@@ -71,7 +86,7 @@ def tma_copy_tile(in_desc, out_desc, SCALE: gl.constexpr):
     bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(bar, count=1)
     mbarrier.expect(bar, in_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(in_desc, [off_m, off_n], bar, smem)
+    tma_load(in_desc, [off_m, off_n], bar, smem)
     mbarrier.wait(bar, phase=0)
     mbarrier.invalidate(bar)
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [gl.num_warps(), 1], [1, 0])
@@ -79,7 +94,7 @@ def tma_copy_tile(in_desc, out_desc, SCALE: gl.constexpr):
     out = gl.allocate_shared_memory(out_desc.dtype, [BM, BN], out_desc.layout)
     out.store(values)
     fence_async_shared()
-    tma.async_copy_shared_to_global(out_desc, [off_m, off_n], out)
+    tma_store(out_desc, [off_m, off_n], out)
     tma.store_wait(pendings=0)
 
 
@@ -104,8 +119,8 @@ def wgmma_matmul(a_desc, b_desc, c_ptr, M, N, K, stride_cm):
     phase = 0
     for k in range(0, K, BK):
         mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(a_desc, [off_m, k], bar, a_smem)
-        tma.async_copy_global_to_shared(b_desc, [k, off_n], bar, b_smem)
+        tma_load(a_desc, [off_m, k], bar, a_smem)
+        tma_load(b_desc, [k, off_n], bar, b_smem)
         mbarrier.wait(bar, phase=phase)
         phase ^= 1
         acc = warpgroup_mma(a_smem, b_smem, acc)
@@ -142,7 +157,7 @@ def _ws_produce(in_desc, buffers, ready, empty, BM: gl.constexpr, STEPS: gl.cons
         slot = i % 2
         mbarrier.wait(empty.index(slot), phase=((i // 2) & 1) ^ 1, pred=i >= 2)  # the slot's last tile consumed
         mbarrier.expect(ready.index(slot), in_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(in_desc, [base + i * BM, 0], ready.index(slot), buffers.index(slot))
+        tma_load(in_desc, [base + i * BM, 0], ready.index(slot), buffers.index(slot))
 
 
 @gluon.jit
