@@ -279,3 +279,12 @@ class FakeMemory:
 @pytest.fixture
 def fake_memory(monkeypatch) -> FakeMemory:
     return FakeMemory(monkeypatch)
+
+
+@pytest.fixture(params=["device", "host"])
+def graphs(request, fake_gpu, monkeypatch):
+    """Captures and graph updates on the fake GPU (``tests/fake_graphs.py``), with the nodes of a
+    recorded sequence updated from the device (the updater's ring) or from the host."""
+    from fake_graphs import FakeGraphs
+
+    return FakeGraphs(fake_gpu, monkeypatch, device_updates=request.param == "device")

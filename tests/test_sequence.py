@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 import pytest
 import torch
-from fake_graphs import FakeGraphs, run_threads
+from fake_graphs import run_threads
 
 import launchpad as lp
 from launchpad.sequences import pyreplay as _pyreplay
@@ -38,12 +38,6 @@ extern "C" __global__ void flagged(float* out, bool flag, int n) { if (flag) out
 @pytest.fixture(scope="module")
 def module():
     return lp.compile_cuda_module(SOURCE, ["axpy", "scale4", "count", "flagged"], arch="sm_90")
-
-
-@pytest.fixture(params=["device", "host"])
-def graphs(request, fake_gpu, monkeypatch) -> FakeGraphs:
-    """The fake graphs, with the nodes updated from the device (the ring) or from the host."""
-    return FakeGraphs(fake_gpu, monkeypatch, device_updates=request.param == "device")
 
 
 def f32(n: int, value: float = 1.0) -> torch.Tensor:

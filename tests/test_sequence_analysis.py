@@ -11,7 +11,6 @@ import struct
 
 import pytest
 import torch
-from fake_graphs import FakeGraphs
 
 import launchpad as lp
 
@@ -28,11 +27,6 @@ N = 64
 @pytest.fixture(scope="module")
 def module():
     return lp.compile_cuda_module(SOURCE, ["scale", "tail"], arch="sm_90")
-
-
-@pytest.fixture(params=["device", "host"])
-def graphs(request, fake_gpu, monkeypatch) -> FakeGraphs:
-    return FakeGraphs(fake_gpu, monkeypatch, device_updates=request.param == "device")
 
 
 def f32(n: int = N, value: float = 1.0) -> torch.Tensor:

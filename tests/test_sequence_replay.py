@@ -38,11 +38,6 @@ def module():
     return lp.compile_cuda_module(SOURCE, ["axpy"], arch="sm_90")
 
 
-@pytest.fixture(params=["device", "host"])
-def graphs(request, fake_gpu, monkeypatch) -> FakeGraphs:
-    return FakeGraphs(fake_gpu, monkeypatch, device_updates=request.param == "device")
-
-
 def f32(n: int = N, value: float = 1.0) -> torch.Tensor:
     return torch.full((n,), value)
 
