@@ -8,6 +8,7 @@ argument buffer, by the compiled executor where it is built and the Python one o
 """
 
 # No ``from __future__ import annotations`` here: it would put ``annotations`` among the package's names.
+from . import tracing as _tracing  # noqa: F401  (launches traced by torch.compile)
 from .core.cache import cache_dir
 from .core.params import Param
 from .core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
 from .errors import ArgumentError, BinaryError, MissingFileError, NoDeviceError
 from .launch import executor as _executor
 from .launch.checks import Context
+from .launch.traced import TRACED, Traced, dynamo_compiling, launch_first, new_key
 
 __all__ = ["Kernel", "from_image", "load", "load_cubin"]
 
@@ -73,8 +75,7 @@ class Kernel:
         self._loader = Loader(spec)
         self._context = Context(spec.display_name, spec.params, spec.args)
         self._executor = _executor.build(spec, self._loader, compiled=compiled)
-        # The instance attribute shadows the documented method below: one call, no extra frame.
-        self.launch = self._executor.launch  # type: ignore[method-assign]
+        self._trace(None)
         self._configs: dict[Any, Callable[..., None]] = {}
         self._configs_lock = threading.Lock()
 
@@ -86,6 +87,34 @@ class Kernel:
     image = property(lambda self: self.spec.image, doc="The binary image.")
     image_kind = property(lambda self: self.spec.image_kind, doc="``cubin``, ``fatbin`` or ``ptx``.")
     metadata = property(lambda self: self.spec.metadata, doc="Front-end facts (JSON), not used to launch.")
+
+    def _trace(self, writes: tuple[str, ...] | None) -> None:
+        traced = Traced(new_key(), self.spec, self._executor.launch, writes)
+        TRACED[traced.key] = traced
+        # The instance attribute shadows the documented method below: no Python frame (launch_first).
+        self.launch = types.MethodType(launch_first, (traced.launch, traced))  # type: ignore[method-assign]
+
+    @property
+    def writes(self) -> tuple[str, ...] | None:
+        """The tensor arguments declared written, by name, for ``torch.compile``; None (default):
+        derived from the kernel (docs/pytorch.md: a C++ pointer to ``const`` is read, every other
+        pointer written). Set it to tell the compiler exactly which it writes; a tensor it writes
+        that is not declared is a wrong result under torch.compile."""
+        return self.launch.__self__[1].writes  # type: ignore[attr-defined]
+
+    @writes.setter
+    def writes(self, names: Sequence[str] | None) -> None:
+        if names is not None:
+            if isinstance(names, str) or not all(isinstance(n, str) for n in names):
+                raise ArgumentError(f"kernel {self.display_name!r}: writes takes a sequence of argument names, "
+                                    f"got {names!r}")  # fmt: skip
+            known = {a.name for a in self.args}
+            unknown = [n for n in names if n not in known]
+            if unknown:
+                raise ArgumentError(f"kernel {self.display_name!r}: writes names {unknown[0]!r}, no argument of it; "
+                                    f"its arguments: {', '.join(a.name for a in self.args)}")  # fmt: skip
+            names = tuple(names)
+        self._trace(names)
 
     @functools.cached_property
     def binary(self) -> BinaryKernel | None:
@@ -150,6 +179,8 @@ class Kernel:
         current stream and an int a raw handle (0: the legacy default stream), as in
         :meth:`launch`. The callable for each configuration is made once and reused.
         """
+        if dynamo_compiling():  # under torch.compile: Kernel.launch, which Dynamo traces as the operator
+            return self._traced_config(config)
         try:
             return self._configs[config]
         except KeyError:
@@ -162,6 +193,19 @@ class Kernel:
                 self._configs.clear()
             self._configs[config] = launch
         return launch
+
+    def _traced_config(self, config: Any) -> Callable[..., None]:
+        """``kernel[config]`` as a partial of :meth:`launch`, which Dynamo traces (:mod:`launchpad.tracing`)."""
+        if self.plan.block is not None:
+            return functools.partial(self.launch, config, None)
+        if not isinstance(config, (tuple, list)) or not 2 <= len(config) <= 4:
+            raise ArgumentError(f"kernel {self.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
+        options: dict[str, Any] = {}
+        if len(config) > 2 and config[2] is not None:
+            options["stream"] = config[2]
+        if len(config) > 3:
+            options["shared_mem"] = config[3]
+        return functools.partial(self.launch, config[0], config[1], **options)
 
     def _configure(self, config: Any) -> Callable[..., None]:
         if self.plan.block is not None:

@@ -14,17 +14,17 @@ word a ``SymInt`` (so dynamic shapes stay symbolic), a float word a ``float``, `
 ``bool``. Arguments the kernel was specialized on (Triton constexprs) are filled in and hidden
 arguments (Triton's scratch) take nothing.
 
-The operator is registered with ``torch.library.Library.define``/``impl`` rather than
-``torch.library.custom_op``: the latter wraps every call in Python layers (autograd and
-aliasing checks); measured on a CPU build, a call through it costs 15 us against 1.7 us for the
-dispatcher alone, twice a launch. No profiler hook is added to the launch either: CUPTI already
-names each kernel by its symbol, and the dispatcher records the operator's own range.
+Registered with ``torch.library.Library.define``/``impl``, not ``custom_op``, whose Python layers
+(autograd and aliasing checks) cost 15 us a call against 1.7 us for the dispatcher alone (CPU
+build). No profiler hook: CUPTI names each kernel, the dispatcher records the operator's range.
+Every kernel also gets an operator of its own when torch.compile meets it (:mod:`launchpad.tracing`).
 """
 
 from __future__ import annotations
 
 import keyword
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -57,9 +57,7 @@ class _Input:
 
 
 @dataclass(frozen=True)
-class _Registration:
-    """What one ``torch_op`` call registered; kept so that torch does not deregister it."""
-
+class _Registration:  # what one torch_op call registered; kept so that torch does not deregister it
     qualname: str
     kernel: Kernel
     schema: str
@@ -135,8 +133,9 @@ def torch_op(
 
     Notes
     -----
-    Autograd is not derived: an input that requires grad makes torch's fallback warn on
-    backward. Give a functional operator its gradient with ``torch.library.register_autograd``.
+    Autograd is not derived (give a functional operator its gradient with
+    ``torch.library.register_autograd``). A kernel launched as it is, ``kernel[grid, block](...)``,
+    is traced by torch.compile without one (:mod:`launchpad.tracing`).
 
     Examples
     --------
@@ -212,9 +211,11 @@ def torch_op(
 # --- the schema -----------------------------------------------------------------------------------
 
 
-def _describe(op: str, kernel: Kernel, names: Sequence[str] | None) -> tuple[list[_Input], dict[int, Any]]:
-    """The kernel arguments the operator passes, and the constants it fills in by position."""
-    where = f"torch_op({op!r}): kernel {kernel.display_name!r}"
+def _describe(op: str, kernel: Kernel | Any, names: Sequence[str] | None, *,
+              where: str = "") -> tuple[list[_Input], dict[int, Any]]:  # fmt: skip
+    """The kernel arguments the operator passes, and the constants it fills in by position (``kernel``:
+    a Kernel or its spec; ``where``: how messages name the operator)."""
+    where = where or f"torch_op({op!r}): kernel {kernel.display_name!r}"
     inputs: list[_Input] = []
     consts: dict[int, Any] = {}
     for arg in kernel.args:
@@ -257,10 +258,12 @@ def _valid_name(name: Any) -> bool:
     return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name) and name not in _RESERVED
 
 
-def _input(where: str, kernel: Kernel, arg: Any, position: int, label: str) -> _Input:
+def _input(where: str, kernel: Kernel | Any, arg: Any, position: int, label: str) -> _Input:
     """The schema type (and tensor checks) of one kernel argument."""
     what = f"{where}, argument {position} ({label!r})"
     if arg.kind == "expand":
+        if arg.converter == "cutile_array":
+            return _Input(label, position, "Tensor")
         if arg.converter == "numba_array":
             dtype = getattr(torch, str(arg.options.get("dtype")), None)
             return _Input(label, position, "Tensor", dtype if isinstance(dtype, torch.dtype) else None,
@@ -281,15 +284,11 @@ def _input(where: str, kernel: Kernel, arg: Any, position: int, label: str) -> _
         raise LaunchpadError(
             f"{what}: {param.label} is a by-value struct of {param.size} bytes, which an operator schema cannot take"
         )
-    dtype = None
-    if kind == "pointer":
-        dtype_name = POINTER_DTYPES.get((param.type or "*")[1:], "")
-        dtype = getattr(torch, dtype_name, None) if dtype_name else None
-    return _Input(label, position, _SCHEMA_TYPES[kind], dtype)
+    dtype_name = POINTER_DTYPES.get((param.type or "*")[1:], "") if kind == "pointer" else ""
+    return _Input(label, position, _SCHEMA_TYPES[kind], getattr(torch, dtype_name, None) if dtype_name else None)
 
 
-def _alias_set(k: int) -> str:
-    """Distinct alias-set names: a, b, ..., z, a1, b1, ..."""
+def _alias_set(k: int) -> str:  # distinct alias-set names: a, b, ..., z, a1, b1, ...
     return chr(ord("a") + k % 26) + (str(k // 26) if k >= 26 else "")
 
 
@@ -324,46 +323,45 @@ def _implementation(
     block: Any,
     shared_mem: Any,
 ) -> Callable[..., Any]:
-    """The CUDA implementation: ``impl(*values)`` takes the operator's arguments positionally (as
-    the dispatcher passes them), allocates the outputs, puts the constants and outputs in place
-    among the kernel's arguments and launches. Like every torch op it runs on its first tensor's
-    device: when that is not the current one it switches for the call (a comparison per call;
-    the switch only then).
+    """The CUDA implementation: a function generated for this operator (its arguments by name, the
+    constants and outputs in place, the configuration inlined where fixed), which launches. Like
+    every torch op it runs on its first tensor's device: when that is not the current one it
+    switches for the call (a comparison per call; the switch only then).
     """
-    launch = kernel.launch
-    # every position up to the last is an input, an output or a constant (_describe saw to it)
-    count = 1 + max([i.position for i in inputs] + [o.position for o in outputs] + list(consts), default=-1)
-    template = [consts.get(p) for p in range(count)]
-    input_positions = [i.position for i in inputs]
-    outs = [(o.position, output_fns[o.name]) for o in outputs]
-    first = next((k for k, i in enumerate(inputs) if i.type == "Tensor"), None)
-    options = {} if shared_mem is None else {"shared_mem": shared_mem}  # a keyword takes launch's general path
-
-    def body(*values: Any) -> Any:
-        args = list(template)
-        for position, value in zip(input_positions, values):
-            args[position] = value
-        made = []
-        for position, fn in outs:
-            args[position] = out = fn(*values)
-            made.append(out)
-        g = grid(*values) if callable(grid) else grid
-        b = block(*values) if callable(block) else block
-        if options:
-            launch(g, b, *args, shared_mem=shared_mem(*values) if callable(shared_mem) else shared_mem)
-        else:
-            launch(g, b, *args)
-        return None if not made else made[0] if len(made) == 1 else tuple(made)
-
-    def impl(*values: Any) -> Any:
-        if first is not None:
-            device = values[first].get_device()
-            if device != _checks.current_device():
-                with _switch_device(device):
-                    return body(*values)
-        return body(*values)
-
-    return impl
+    params = [f"a{k}" for k in range(len(inputs))]
+    call = ", ".join(params)
+    env: dict[str, Any] = {"launch": kernel.launch, "checks": _checks, "ops": sys.modules[__name__]}
+    by_position = {i.position: f"a{k}" for k, i in enumerate(inputs)}
+    lines = []
+    for k, o in enumerate(outputs):
+        env[f"make{k}"] = output_fns[o.name]
+        lines.append(f"o{k} = make{k}({call})")
+        by_position[o.position] = f"o{k}"
+    for position, value in consts.items():
+        env[f"c{position}"] = value
+        by_position[position] = f"c{position}"
+    count = 1 + max(by_position, default=-1)  # every position is an input, an output or a constant
+    args = ", ".join(by_position[p] for p in range(count))
+    config = []
+    for name, value in (("grid", grid), ("block", block)):
+        env[name] = value
+        config.append(f"{name}({call})" if callable(value) else name)
+    extra = ""
+    if shared_mem is not None:  # a keyword takes launch's general path: only when asked
+        env["shared_mem"] = shared_mem
+        extra = f", shared_mem=shared_mem({call})" if callable(shared_mem) else ", shared_mem=shared_mem"
+    lines.append(f"launch({config[0]}, {config[1]}{', ' + args if args else ''}{extra})")
+    results = [f"o{k}" for k in range(len(outputs))]
+    lines.append("return " + (results[0] if len(results) == 1 else f"({', '.join(results)})" if results else "None"))
+    body = "\n    ".join(lines)
+    first = next((f"a{k}" for k, i in enumerate(inputs) if i.type == "Tensor"), None)
+    guard = ""
+    if first is not None:
+        guard = (f"device = {first}.get_device()\n    if device != checks.current_device():\n"
+                 f"        with ops._switch_device(device):\n            return body({call})\n    ")  # fmt: skip
+    source = f"def body({call}):\n    {body}\ndef impl({call}):\n    {guard}return body({call})\n"
+    exec(compile(source, f"<launchpad torch_op {kernel.display_name}>", "exec"), env)
+    return env["impl"]
 
 
 def _fake(

@@ -700,6 +700,7 @@ def test_the_sequence_section_runs_the_training_step_last(fake_gpu_bench, monkey
     monkeypatch.setattr(sequence_section, "sequence_entries", lambda: _fake_entries({"c_floor": 50, "seq_new_20": 5}))
     monkeypatch.setattr(sequence_section, "decode_entries", lambda: [])
     monkeypatch.setattr(sequence_section, "measure_sizes", lambda log: {})
+    monkeypatch.setattr(sequence_section, "measure_training", sequence_section.training_here)  # not a process apart
     workload, entries = _fake_training({"eager": 300, "torch_graph": 30, "record": 10})
     monkeypatch.setattr(training, "Workload", workload)
     monkeypatch.setattr(training, "training_entries", entries)

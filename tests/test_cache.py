@@ -484,6 +484,16 @@ def test_an_artifact_of_launchpad_0_1_still_loads(cubin, tmp_path):
     assert k.image == cubin.read_bytes()
 
 
+def test_a_grid_limit_is_written_only_where_a_plan_has_one(cubin, tmp_path):
+    """Artifacts written before plans held a grid limit (cuTile's) read as the device's limits alone;
+    a plan without one writes no field for it, so earlier launchpads still read those artifacts."""
+    path, d = _saved(cubin, tmp_path)
+    assert "max_grid" not in d["plan"] and "max_grid_words" not in d["plan"]
+    assert lp.load(path).plan.max_grid == 0
+    limited = lp.LaunchPlan(block=(1, 1, 1), max_grid=7, max_grid_words="a limit of 7")
+    assert lp.LaunchPlan.from_json(json.loads(json.dumps(limited.to_json()))) == limited
+
+
 def test_an_artifact_of_the_previous_format_is_refused(cubin, tmp_path):
     path, d = _saved(cubin, tmp_path)
     d.pop("sha256")

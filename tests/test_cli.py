@@ -304,10 +304,10 @@ def test_bench_help_says_what_it_measures_and_what_needs_a_gpu(capsys, monkeypat
         assert f" {name} {' '.join(what.split())}" in text, name
     for words in ("launch overhead", "compile and load times", "`import launchpad`", "recorded sequences"):
         assert words in text
-    assert ("The launch, sweep, sequence and helion sections run kernels: they need an NVIDIA GPU with its driver "
+    assert ("The launch, sweep, sequence, helion and compiled sections run kernels: they need an NVIDIA GPU with its driver "
             "and a CUDA build of torch. compile and import need none: `python -m launchpad bench --only "
             "compile,import` runs them on any machine.") in text  # fmt: skip
-    assert GPU_SECTIONS == ("launch", "sweep", "sequence", "helion")
+    assert GPU_SECTIONS == ("launch", "sweep", "sequence", "helion", "compiled")
     assert max(len(line) for line in out.splitlines()) <= 80  # the description is laid out, not re-wrapped
     with pytest.raises(SystemExit):
         cli.main(["--help"])

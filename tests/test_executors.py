@@ -8,6 +8,7 @@ to the Python one, and no growth in references or memory over many launches.
 from __future__ import annotations
 
 import gc
+import json
 import sys
 import tracemalloc
 
@@ -271,3 +272,39 @@ def test_tracebacks_show_the_generated_launch_functions_lines(fake_gpu):
     source = "".join(linecache.getlines(generated[0].filename))
     assert source.startswith("def launch(grid, block, out=_M, alpha=_M, n=_M,")  # the kernel's own names
     assert any("n" in f.line for f in generated)  # the refused argument's line
+
+
+CUTILE_LIMIT = "cuTile's limit of 16777215 tile blocks (2**24 - 1; ct.launch refuses it too)"
+
+
+def test_a_saved_grid_limit_is_kept_and_both_executors_refuse_above_it(specs, monkeypatch, tmp_path):
+    """A cuTile-like spec (built by hand: no cuTile needed) keeps its grid limit in its plan, through
+    an artifact, and both executors refuse a grid above it before any driver call, with the words
+    cuTile's front end gives; without a device too (the offline checks)."""
+    plan = lp.LaunchPlan(block=(1, 1, 1), max_grid=(1 << 24) - 1, max_grid_words=CUTILE_LIMIT)
+    path = lp.Kernel(specs["pointers"].replace(plan=plan), compiled=False).save(tmp_path / "tiled.json")
+    assert json.loads(path.read_text())["plan"]["max_grid"] == (1 << 24) - 1
+    loaded = lp.load(path)
+    assert type(loaded) is lp.Kernel and loaded.plan == plan  # a plain Kernel: the limit is the spec's
+    x, y = torch.randn(8), torch.randn(8, dtype=torch.float64)
+    big = 1 << 24
+    refused = [  # (axis, the dimension as the message gives it, the launch)
+        ("x", big, lambda k: k.launch(big, None, x, y, x, 5)), ("x", big, lambda k: k.launch((big,), None, x, y, x, 5)),
+        ("x", big, lambda k: k.launch((np.int64(big), 1), None, x, y, x, 5)), ("x", big, lambda k: k[big](x, y, x, 5)),
+        ("x", big, lambda k: k.bind(big, None, x, y, x, 5)), ("x", big, lambda k: k.launch(big, None, x=x, y=y, z=x, n=5)),
+        ("x", 2**40, lambda k: k.launch(2**40, None, x, y, x, 5)),  # above the device's too: the plan's limit first
+        ("y", big, lambda k: k.launch((1, big), None, x, y, x, 5)),
+    ]  # fmt: skip
+    gpu, compiled, python = both(loaded.spec, monkeypatch)
+    for axis, n, call in refused:
+        message = f"kernel 'pointers': grid dimension {axis} = {n} is above {CUTILE_LIMIT}; launch the work in several launches"
+        assert agree(gpu, compiled, python, call) == ("raised", lp.ArgumentError, message)
+    for k in (compiled, python):  # kernel[grid] refuses it as it is made, as the cuTile front end always did
+        with pytest.raises(lp.ArgumentError, match=r"grid dimension x = 16777216 is above cuTile's limit"):
+            k[big]
+    assert not gpu.launches
+    at_limit = agree(gpu, compiled, python, lambda k: k.launch((big - 1, 2), None, x, y, x, 5))
+    assert at_limit[:2] == ("launched", (big - 1, 2, 1))
+    assert agree(gpu, compiled, python, lambda k: k.launch((1, 70000), None, x, y, x, 5))[2].endswith(
+        "grid dimension y = 70000 is outside the device limit [0, 65535]"
+    )  # below the plan's limit, the device's own still holds

@@ -191,12 +191,68 @@ def test_a_constexpr_never_keys_as_a_tensor(static_shapes, index_dtype):
     from the tensor, so no host function is shared that Helion would not share."""
     kernel = helion.kernel(_many, static_shapes=static_shapes, index_dtype=index_dtype, autotune_effort="none")
     key = launchpad.helion_kernel(kernel)._key
-    a = (_tensor("v24"), None, 1, 0.5, True, [1], 2)
+    # y a tensor: from 1.2 Helion looks for the call's device past a constexpr x, and fails on a
+    # list of ints ([1]) it meets before any tensor (a TypeError from Helion's own key)
+    a = (_tensor("v24"), _tensor("v24"), 1, 0.5, True, [1], 2)
     head = getattr(hkeys, "_TENSOR", object())
     fields = tuple(f for f in key(a)[0] if f is not head)  # what the entry holds besides its private head
     for like in (fields, kernel._base_specialization_key(a)[0]):
         b = (hl.constexpr(like), *a[1:])
         assert key(a) != key(b)
+
+
+def _devices(a, b, c):
+    return b
+
+
+@supported
+@pytest.mark.parametrize("static_shapes", [True, False])
+def test_the_calls_device_is_keyed_as_helion_keys_it(static_shapes):
+    """The device entries (1.0: in each tensor's; 1.1: the first tensor argument's; from 1.2 what
+    Helion's _find_device finds, in containers and torch.device arguments too): two calls share
+    launchpad's key exactly when they share Helion's, and a call Helion's key refuses (its device
+    search meeting a list of ints first, from 1.2) is refused alike."""
+    kernel = helion.kernel(_devices, static_shapes=static_shapes, autotune_effort="none")
+    key = launchpad.helion_kernel(kernel)._key
+    cpu, meta = torch.zeros(4), torch.empty(4, device="meta")
+    firsts = [cpu, meta, torch.device("cpu"), torch.device("meta"), [cpu], [meta], {"k": meta}, (1.0, meta), [2],
+              None, hl.constexpr(3)]  # fmt: skip
+    calls = [(a, b, c) for a in firsts for b in (cpu, meta, None) for c in (cpu, meta, 3)]
+
+    def both(args):
+        try:
+            theirs = kernel._base_specialization_key(args)
+        except TypeError:
+            with pytest.raises(TypeError):
+                key(args)
+            return "refused", "refused"
+        return key(args), theirs
+
+    keys = [both(args) for args in calls]
+    for i, (ours_i, theirs_i) in enumerate(keys):
+        for j, (ours_j, theirs_j) in enumerate(keys):
+            assert (ours_i == ours_j) == (theirs_i == theirs_j), (calls[i], calls[j])
+
+
+@supported
+def test_a_distributed_call_keys_apart_from_1_4(tmp_path):
+    """Helion 1.4 keys whether a call is distributed: inside an initialized torch.distributed, a
+    kernel with distributed=True keys apart from the same call outside it, as in Helion's key."""
+    import torch.distributed as dist
+
+    if hv.rules_of().distributed is False:
+        pytest.skip(f"Helion {hv.installed_version()} does not key on distributed calls")
+    kernel = helion.kernel(_devices, autotune_effort="none", distributed=True)
+    key = launchpad.helion_kernel(kernel)._key
+    args = (torch.zeros(4), None, 3)
+    outside = (key(args), kernel._base_specialization_key(args))
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        inside = (key(args), kernel._base_specialization_key(args))
+    finally:
+        dist.destroy_process_group()
+    assert inside[0] != outside[0] and inside[1] != outside[1] and inside[1][-1] is True
+    assert key(args) == outside[0]
 
 
 @supported
@@ -438,6 +494,38 @@ def test_other_launcher_keywords_are_triton_compile_options(env):
     assert env.fake.last.block == (64, 1, 1) and env.fake.last.params[:3] == pointers(x, y, out)
 
 
+def test_under_torch_compile_it_is_traced_as_the_helion_kernel(env):
+    """While Dynamo traces, a HelionKernel calls the Helion kernel itself: fullgraph=True gives the
+    graph the Helion kernel gives (one Helion op where torch lets Helion register it: Helion's
+    supports_torch_compile_fusion), or the same refusal where it does not, and no launchpad launch."""
+    from helion._compat import supports_torch_compile_fusion
+
+    add = configured(H.add, block_sizes=[64], num_warps=4, num_stages=1)
+    hk = env.wrap(add)
+    outcomes = {}
+
+    def capture(name):
+        def backend(gm, example_inputs):
+            outcomes[name] = [(n.op, str(n.target)) for n in gm.graph.nodes]
+            raise RuntimeError("captured, not run")  # running it needs a GPU
+
+        return backend
+
+    x, y = torch.randn(64), torch.randn(64)
+    for name, fn in (("helion", add), ("launchpad", hk)):
+        torch._dynamo.reset()
+        compiled = torch.compile(lambda a, b, fn=fn: fn(a, b) * 2, backend=capture(name), fullgraph=True)
+        with pytest.raises(Exception) as caught:
+            compiled(x, y)
+        if name not in outcomes:  # refused while tracing, before any graph reached the backend
+            outcomes[name] = type(caught.value)
+    torch._dynamo.reset()
+    assert outcomes["launchpad"] == outcomes["helion"]
+    if supports_torch_compile_fusion():  # torch 2.13 here; the GPU machine's 2.11 is refused alike
+        assert any("helion" in target for _, target in outcomes["helion"])  # Helion's own op
+    assert env.fake.launches == [] and hk.host_functions == {}
+
+
 # --- refusals ------------------------------------------------------------------------------------
 
 
@@ -479,15 +567,18 @@ def test_ref_mode_and_other_backends_are_refused(env, monkeypatch):
 
 
 def test_unsupported_helion_versions_and_objects_are_refused(monkeypatch):
-    for version in ("1.1.0", "1.5.1", "0.3.3", "2.0.0"):
+    followed = r"follows helion 1\.0, 1\.1, 1\.2 and 1\.4, .*\(pip install 'helion>=1\.0,<1\.5'\)$"
+    for version in ("1.3.0", "1.5.0", "1.5.1", "0.3.3", "2.0.0", "main"):
         with pytest.raises(launchpad.UnsupportedVersion, match=rf"^Helion {version} is installed; launchpad's Helion "
-                           r"front end follows helion 1\.0\.x"):  # fmt: skip
+                           rf"front end {followed}"):  # fmt: skip
             hv.check_installed(version)
-    assert hv.check_installed("1.0.0") == "1.0.0" and hv.check_installed("1.0.3") == "1.0.3"
+    for version in ("1.0.0", "1.0.3", "1.1.0", "1.2.0", "1.4.0", "1.4.2"):
+        assert hv.check_installed(version) == version
+    assert hv.rules_of("1.1.0").device_entry == "first_tensor" and hv.rules_of("1.4.0").distributed
     monkeypatch.setattr(hv, "installed_version", lambda: None)
     with pytest.raises(
         launchpad.UnsupportedVersion,
-        match=r"Helion is not installed.*helion>=1\.0,<1\.1': the helion extra of launchpad-kernels",
+        match=r"Helion is not installed.*helion>=1\.0,<1\.5': the helion extra of launchpad-kernels",
     ):
         launchpad.helion_kernel(H.add)
     monkeypatch.setattr(hv, "installed_version", lambda: "1.5.1")
@@ -498,6 +589,17 @@ def test_unsupported_helion_versions_and_objects_are_refused(monkeypatch):
         launchpad.ArgumentError, match=r"needs a @helion.kernel function \(helion.Kernel\), got 'add' \(function\)"
     ):
         launchpad.helion_kernel(H.add.fn)
+
+
+def test_the_extra_installs_the_followed_releases():
+    """pyproject's helion extra and the refusal's pip command name one range: the followed releases."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text()
+    (spec,) = re.findall(r'^helion = \["helion(.*?)"\]', text, re.M)
+    assert spec == ">=1.0,<1.5" and spec in hv._PIP
+    assert hv.SUPPORTED == ((1, 0), (1, 4)) and (1, 3) not in hv.RELEASES  # 1.3 was never released
 
 
 def test_public_name_wires_the_triton_launcher():
@@ -513,4 +615,7 @@ def test_info_names_the_helion_and_whether_it_is_followed():
     from launchpad import cli
 
     assert cli._helion_note("1.0.0") == " (launchpad.helion_kernel)"
-    assert cli._helion_note("1.5.1") == " (launchpad.helion_kernel refuses it: it follows helion 1.0.x)"
+    assert cli._helion_note("1.4.0") == " (launchpad.helion_kernel)"
+    assert cli._helion_note("1.5.1") == (
+        " (launchpad.helion_kernel refuses it: it follows helion 1.0, 1.1, 1.2 and 1.4)"
+    )

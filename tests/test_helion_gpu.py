@@ -131,6 +131,32 @@ def test_each_specialization_gets_its_own_host_function():
     assert sorted(slot.entries) == [(96,), (128,)]
 
 
+def test_under_torch_compile_it_runs_as_the_helion_kernel_does():
+    """torch.compile(fullgraph=True) of a function calling a helion_kernel: what the same function
+    calling the Helion kernel gives (the same bits, or the same refusal where Helion's kernel does
+    not compile in one graph with this torch), and the eager result."""
+    add = untuned(H.add)
+    hk = launchpad.helion_kernel(add)
+    x, y = randn(4096), randn(4096, seed=1)
+
+    def run(fn):
+        torch._dynamo.reset()
+        try:
+            return torch.compile(lambda a, b: fn(a, b) * 2 + 1, fullgraph=True)(x, y)
+        except Exception as exc:  # Helion's own kernel refused: launchpad's must be refused alike
+            return exc
+
+    theirs, ours = run(add), run(hk)
+    torch._dynamo.reset()
+    if isinstance(theirs, Exception):
+        assert type(ours) is type(theirs), (ours, theirs)
+        pytest.skip(f"Helion's kernel does not compile with fullgraph=True here: {theirs!r}"[:300])
+    assert not isinstance(ours, Exception), ours
+    same_bits(ours, theirs)
+    torch.testing.assert_close(ours, (x + y) * 2 + 1)
+    same_bits(hk(x, y) * 2 + 1, ours)  # eager through launchpad, after the compiled calls
+
+
 def test_autotuned_kernel_uses_the_config_helion_chose():
     configs = [helion.Config(block_sizes=[64], num_warps=2), helion.Config(block_sizes=[1024], num_warps=8)]
     add = helion.kernel(H.add.fn, configs=configs)

@@ -110,6 +110,23 @@ def test_a_launch_without_a_device_checks_what_it_can(axpy, executor, no_device,
         assert info.value.__suppress_context__ and info.value.__cause__ is None
 
 
+def test_a_saved_grid_limit_is_checked_without_a_device(axpy, executor, no_device, tmp_path):
+    """A cuTile-like plan (its grid limit, set by hand: no cuTile needed) saved and loaded: a grid
+    above the limit is its error, one within it is what a GPU would take."""
+    words = "cuTile's limit of 16777215 tile blocks (2**24 - 1; ct.launch refuses it too)"
+    plan = lp.LaunchPlan(max_grid=(1 << 24) - 1, max_grid_words=words)
+    path = lp.Kernel(axpy.spec.replace(plan=plan), compiled=False).save(tmp_path / "tiled.json")
+    k = _kernel(lp.load(path).spec, executor)
+    x, y = torch.randn(4096), torch.randn(4096)
+    for spelling in SPELLINGS:
+        with pytest.raises(lp.ArgumentError) as info:
+            SPELLINGS[spelling](k, 1 << 24, 256, (2.0, x, y, 4096))
+        assert str(info.value) == (f"kernel 'axpy<float>': grid dimension x = 16777216 is above {words}; launch the "
+                                   "work in several launches"), spelling  # fmt: skip
+    with pytest.raises(lp.NoDeviceError, match=CHECKED):
+        k.launch((1 << 24) - 1, 256, 2.0, x, y, 4096)
+
+
 BF16 = "#include <cuda_bf16.h>\n__global__ void shift(__nv_bfloat16 b, float* y) { y[0] += float(b); }"
 
 

@@ -27,6 +27,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     **{front_end: LIBRARY for front_end in FRONT_ENDS},
     "launchpad.frontends": (),  # the folder's own __init__
     "launchpad.torch_ops": LIBRARY,
+    "launchpad.tracing": (*LIBRARY, "launchpad.torch_ops"),
     "launchpad": ("launchpad.*",),  # the package's __init__: the public names of every part below
     "launchpad.reporting": ("launchpad.*",),
     "launchpad.bench": ("launchpad", "launchpad.*"),  # the tools: the library, and what they print

@@ -134,7 +134,7 @@ def helion_section(cfg: Any, log: Callable[[str], None]) -> dict[str, Any]:
     import torch
 
     if importlib.util.find_spec("helion") is None:
-        return {"missing": "helion is not installed (pip install 'helion>=1.0,<1.1')"}
+        return {"missing": "helion is not installed (pip install 'helion>=1.0,<1.5')"}
     sync = torch.cuda.synchronize
     state: dict[str, _Kernel] = {}
     groups = {}

@@ -223,6 +223,25 @@ def lp_torch_op(ctx: Context) -> Timed:
     return Timed(call, note="op = launchpad.torch_op('launchpad_bench::double_it', k, ...); op(x, y, n)")
 
 
+def torch_library_op(ctx: Context) -> Timed:
+    """The floor of an operator: ``torch.library``'s define/impl with an implementation that only
+    launches; ``lp_torch_op`` minus this is launchpad's own part of an operator's call."""
+    import torch
+
+    import launchpad
+
+    if "by_hand" not in _TORCH_OPS:
+        launch = launchpad.compile_cuda(CPP_SOURCE, CPP_NAME, signature="*fp32, *fp32, i32").launch
+        library = torch.library.Library("launchpad_bench", "FRAGMENT")
+        library.define("double_it_by_hand(Tensor x, Tensor(a!) y, SymInt n) -> ()")
+        library.impl("double_it_by_hand", lambda x, y, n: launch(1, 1024, x, y, n), "CUDA")
+        _TORCH_OPS["by_hand"] = (library, torch.ops.launchpad_bench.double_it_by_hand.default)
+    op, x, y, n = _TORCH_OPS["by_hand"][1], ctx.x, ctx.y, ctx.n
+    call = lambda: op(x, y, n)
+    ctx.verify(call)
+    return Timed(call, note="Library.define/impl by hand, impl = lambda x, y, n: k.launch(1, 1024, x, y, n)")
+
+
 def lp_triton_launcher(ctx: Context) -> Timed:
     import launchpad
 
@@ -357,6 +376,12 @@ LAUNCHERS: list[Entry] = [
     ),
     Entry("lp_triton_launcher", "launchpad.triton_launcher(fn)[grid](...)", "launchpad", lp_triton_launcher),
     Entry("lp_torch_op", "launchpad.torch_op operator, C++ (torch dispatcher)", "launchpad", lp_torch_op),
+    Entry(
+        "torch_library_op",
+        "torch.library op by hand, impl = k.launch (the dispatcher's floor)",
+        "peer",
+        torch_library_op,
+    ),
     Entry("triton_jit", "Triton fn[grid](...)", "peer", triton_jit),
     Entry("triton_compiled", "Triton CompiledKernel[grid](...)", "peer", triton_compiled),
     Entry("triton_bare", "Triton bare launcher compiled.run(...)", "peer", triton_bare),

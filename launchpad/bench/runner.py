@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import harness
+from .compiled import compiled_section, compiled_tables
 from .harness import add_ratios, measure, measure_e2e, record_e2e, record_samples, set_up
 from .helion import helion_section, helion_tables
 from .report import LAUNCH_HEADER, format_table, launch_rows, markdown_table, ratio_text, us, write_json, write_png
@@ -40,9 +41,10 @@ SECTION_HELP = {
     "sweep": "per-launch cost against the number of pointer arguments (1 to 32)",
     "sequence": "recorded sequences (launchpad.record) against the launches one by one and torch's CUDA graphs",
     "helion": "Helion kernels through launchpad.helion_kernel against Helion's own call",
+    "compiled": "a block under torch.compile: launchpad's launches against Triton's fn[grid] and torch_op",
 }
 SECTIONS = tuple(SECTION_HELP)
-GPU_SECTIONS = ("launch", "sweep", "sequence", "helion")
+GPU_SECTIONS = ("launch", "sweep", "sequence", "helion", "compiled")
 
 
 def default_out() -> Path:
@@ -286,11 +288,13 @@ def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool)
         parts += sequence_tables(seq, head, table)
     if report.get("helion") and "error" not in report["helion"]:
         parts.append(helion_tables(report["helion"], table, head))
+    if report.get("compiled") and "error" not in report["compiled"]:
+        parts.append(compiled_tables(report["compiled"], table, head))
     comp = report.get("compile")
     if comp and "error" not in comp:
         parts.append(f"{head}Compile, load and import times\n\n" + table(*compile_table(comp)))
     parts.append(f"{head}Targets\n\n" + table(*targets_table(report["targets"], wrap=not markdown), align="lll"))
-    for name in ("compile", "launch", "sweep", "sequence", "helion"):
+    for name in ("compile", "launch", "sweep", "sequence", "helion", "compiled"):
         error = (report.get(name) or {}).get("error")
         if error:
             parts.append(f"{head}{name}: failed\n\n{error}")
@@ -388,6 +392,8 @@ def run(
                 section("sequence", lambda: sequence_section(ctx, cfg.sequence_rounds, cfg.sequence_batch, log))
             if "helion" in sections:
                 section("helion", lambda: helion_section(cfg, log))
+            if "compiled" in sections:
+                section("compiled", lambda: compiled_section(cfg.sequence_rounds, cfg.sequence_batch, log))
     report["targets"] = [t.to_json() for t in evaluate(report)]
     report.setdefault("elapsed_s", {})["total"] = round(time.perf_counter() - started, 2)
 

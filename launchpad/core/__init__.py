@@ -2,9 +2,9 @@
 
 The spec (:mod:`.spec`: ``KernelSpec``, ``Arg``, ``LaunchPlan``) and its parameter types
 (:mod:`.params`), binaries read without a GPU (:mod:`.binary`), the compile target
-(:mod:`.arch`), saved artifacts (:mod:`.artifact`), the disk cache (:mod:`.cache`), the
-per-device loader (:mod:`.loader`) and the only code that calls ``cuda.bindings`` (the
-:mod:`.driver` package).
+(:mod:`.arch`), saved artifacts (:mod:`.artifact`), the disk cache (:mod:`.cache`), release
+numbers as the front ends compare them (:mod:`.versions`), the per-device loader
+(:mod:`.loader`) and the only code that calls ``cuda.bindings`` (the :mod:`.driver` package).
 
 Imports: ``launchpad.errors`` and modules of this folder, nothing else of launchpad. The core
 knows no executor and no front end.

@@ -2,7 +2,9 @@
 
 Format version 3: ``{"format": "launchpad.kernel", "version": 3, **spec.to_json(), "sha256"}``,
 the digest over the canonical JSON of everything else. Version 2 (launchpad 0.1) differs only in
-its launch plan's field names and is read too; version 1 (no digest) is refused. Writes go
+its launch plan's field names and is read too; a plan without ``max_grid`` (every artifact before
+cuTile kernels kept their grid limit there) reads as the device's limits alone; version 1 (no
+digest) is refused. Writes go
 through a unique temporary file and an atomic rename. :func:`read` is the one parser:
 :func:`launchpad.load` and ``python -m launchpad inspect`` both use it, so both check the digest.
 Artifacts hold specs, not Kernels: :func:`launchpad.load` makes the Kernel of what :func:`read`

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from ..errors import ArgumentError, LaunchpadError
 
 __all__ = [
+    "INDEX_RANGE",
     "POINTER_DTYPES",
     "SCALAR_TYPES",
     "Param",
@@ -45,6 +46,12 @@ POINTER_DTYPES: dict[str, str] = {
     "fp8e5b16": "float8_e5m2fnuz", "fp16": "float16", "bf16": "bfloat16", "fp32": "float32",
     "fp64": "float64", "i1": "bool", "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
     "u1": "bool", "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64", "void": "",
+}  # fmt: skip
+
+#: The integer types an array's extents and strides may be passed as (cuTile's ``index_dtype``),
+#: with the lowest and largest value of each: one table for the executors and the cuTile front end.
+INDEX_RANGE: dict[str, tuple[int, int]] = {
+    "i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1),
 }  # fmt: skip
 
 _UNTYPED_CODES = {1: "B", 2: "H", 4: "I", 8: "Q"}

@@ -99,6 +99,12 @@ class LaunchPlan:
         Cooperative launch (grid-wide synchronization), programmatic dependent launch.
     oversized_shared
         Ask for the driver's oversized shared-memory mode before the opt-in limit (Triton 3.8+).
+    max_grid, max_grid_words
+        The largest grid dimension a launch takes, where the kernel's own is below the device's
+        (cuTile's ``2**24 - 1`` tile blocks); 0: the device's limits alone. Both executors refuse a
+        larger one before any driver call, the refusal naming the limit as ``max_grid_words``
+        says (``"cuTile's limit of 16777215 tile blocks (...)"``). In the plan, not in a front
+        end's Kernel class, so a saved and loaded kernel keeps it.
     """
 
     block: tuple[int, int, int] | None = None
@@ -109,6 +115,8 @@ class LaunchPlan:
     cooperative: bool = False
     pdl: bool = False
     oversized_shared: bool = False
+    max_grid: int = 0
+    max_grid_words: str = ""
 
     @property
     def grid_scale(self) -> tuple[int, int, int]:
@@ -122,7 +130,12 @@ class LaunchPlan:
         return c is not None and c[0] * c[1] * c[2] > 8
 
     def to_json(self) -> dict:
-        return {f.name: (list(v) if isinstance(v, tuple) else v) for f in fields(self) for v in [getattr(self, f.name)]}
+        out = {f.name: (list(v) if isinstance(v, tuple) else v) for f in fields(self) for v in [getattr(self, f.name)]}
+        # only where set: other kernels' artifacts stay readable by earlier launchpads, which refuse
+        # a cuTile one (an unknown field) rather than launch it without its limit
+        if not self.max_grid:
+            del out["max_grid"], out["max_grid_words"]
+        return out
 
     @classmethod
     def from_json(cls, d: dict) -> LaunchPlan:

@@ -9,7 +9,6 @@ what Numba compiled (and the CUDA C++ files its kernels declare) through :func:`
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -111,32 +110,17 @@ def _nvrtc_version() -> str:
     return _driver.nvrtc_version()  # a system toolkit's NVRTC: ask the library
 
 
-#: The libraries compiling and linking need: the name cuda.pathfinder loads each by (as
-#: cuda.bindings does), and its version function, ``f(int* major, int* minor)``.
-LIBRARIES = {"NVRTC": ("nvrtc", "nvrtcVersion"), "nvJitLink": ("nvJitLink", "nvJitLinkVersion")}
+#: The libraries compiling and linking need, by the names messages and ``launchpad info`` give them.
+LIBRARIES = ("NVRTC", "nvJitLink")
 
 
 def library_version(library: str) -> str | None:
     """``"13.5"``: the version of ``"NVRTC"`` or ``"nvJitLink"`` where cuda.bindings would load it
     from (cuda.pathfinder: NVIDIA's wheels, a conda environment, the system's CUDA); None where
     there is none, ``"unknown"`` where the library does not say."""
-    libname, function = LIBRARIES[library]
-    try:
-        from cuda import pathfinder  # cuda-bindings' own dependency
-    except ImportError:
-        return "unknown"
-    try:
-        found = pathfinder.load_nvidia_dynamic_lib(libname)
-    except Exception:  # DynamicLibNotFoundError (a RuntimeError): nowhere cuda.pathfinder looks
-        return None
-    try:  # the library cuda.pathfinder loaded: by its handle (a system library may come without a path)
-        handle = getattr(found, "_handle_uint", None)
-        library_handle = ctypes.CDLL(found.abs_path, handle=handle) if handle else ctypes.CDLL(found.abs_path)
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        status = getattr(library_handle, function)(ctypes.byref(major), ctypes.byref(minor))
-    except (OSError, AttributeError, TypeError):  # a library without the function, or nothing to open
-        return "unknown"
-    return f"{major.value}.{minor.value}" if status == 0 else "unknown"
+    if library not in LIBRARIES:
+        raise KeyError(library)
+    return _driver.library_version(library)
 
 
 #: The CUDA toolkit's wheels the cu12 and cu13 extras install (pyproject.toml), without the version.

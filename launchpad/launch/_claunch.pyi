@@ -6,6 +6,7 @@ from typing import Any
 DLPACK_MAJOR: int
 
 def dlpack_dtype(tensor: Any) -> tuple[int, int, int]: ...
+def launch_first(pair: tuple[Any, ...], /, *args: Any, **kwargs: Any) -> Any: ...
 def launch_loop(
     launch: int,
     function: int,

@@ -4,11 +4,12 @@ cheap check fails, and each raises the :class:`~launchpad.ArgumentError` (or
 
 from __future__ import annotations
 
+import numbers
 import struct
 from typing import Any
 
 from ..core.params import Param
-from ..core.spec import Arg
+from ..core.spec import Arg, LaunchPlan
 from ..errors import ArgumentError, ArgumentTypeError
 from . import checks as _checks
 from .checks import Context
@@ -42,6 +43,20 @@ class Fail:
             f"kernel {ctx.kernel_name!r}: block {block!r} has {x * y * z} threads, "
             f"the kernel allows at most {max_threads} per block"
         )
+
+    @staticmethod
+    def grid_limit(ctx: Context, grid: Any, plan: LaunchPlan) -> None:
+        """Refuse a grid dimension above the plan's ``max_grid`` (cuTile's limit); return where every
+        dimension is within it. The first check of a launch, as ``ct.launch`` makes it: any integer
+        (numpy's too) is compared as given, before the device's limits; anything else the launch
+        checks after."""
+        for axis, n in zip("xyz", grid if isinstance(grid, (tuple, list)) else (grid,)):
+            if isinstance(n, numbers.Integral) and int(n) > plan.max_grid:
+                words = plan.max_grid_words or f"the kernel's limit of {plan.max_grid} blocks"
+                raise ArgumentError(
+                    f"kernel {ctx.kernel_name!r}: grid dimension {axis} = {n} is above {words}; launch the work in "
+                    "several launches"
+                )
 
     @staticmethod
     def fixed_block(ctx: Context, block: Any, fixed: tuple) -> None:

@@ -25,13 +25,14 @@ import torch
 
 from ..core import driver as _driver
 from ..core.loader import E_FUNCTION
-from ..core.params import POINTER_DTYPES, Param
+from ..core.params import INDEX_RANGE, POINTER_DTYPES, Param
 from ..core.spec import KernelSpec
 from ..errors import ArgumentError, LaunchpadError, LaunchpadWarning
 from . import checks as _checks
 from . import hooks as _hooks
 from . import memory as _memory
 from . import pylaunch as _pylaunch
+from .diagnose import Fail
 
 __all__ = ["NOT_BUILT", "Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_ops", "slot_kind"]
 
@@ -157,7 +158,7 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
                       layout=o["layout"])  # fmt: skip
         elif arg.converter == "cutile_array":
             o = arg.options
-            low, high = _INDEX_RANGE[o.get("index", "i32")]
+            low, high = INDEX_RANGE[o.get("index", "i32")]
             op = dict(base, kind=OP_TILE_ARRAY, slots=tuple(_slot(spec.params[i]) for i in arg.params),
                       dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, align=o.get("align") or 0, size=low,
                       multiple_of=high, ndim=o["ndim"], flags=1 if o.get("disjoint") else 0, obj=_tile_dims(o))  # fmt: skip
@@ -170,8 +171,6 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
     return tuple(ops)
 
 
-#: cuTile arrays: each index type's lowest and largest extent or stride.
-_INDEX_RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1)}
 _NONE = -(2**63)  # claunch.h's LP_NONE: no promise
 
 
@@ -221,6 +220,9 @@ class Executor:
 
     def configure(self, grid: Any, block: Any, options: dict) -> Callable[..., None]:
         """The ``kernel[grid, block]`` callable."""
+        if self.spec.plan.max_grid:  # refused here, as ct.launch's grid limit always was, not at the call
+            ctx = _checks.Context(self.spec.display_name, self.spec.params, self.spec.args)
+            Fail.grid_limit(ctx, grid, self.spec.plan)
         if self.compiled is not None:
             return self.compiled.configure(grid, block, options.get("stream"), options.get("shared_mem"))
         return functools.partial(self.python.launch, grid, block, **options)
@@ -345,7 +347,7 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
             (required[-1] + 1) if required else 0,
             count,
             (plan.block, plan.shared_mem, plan.grid_scale, plan.cluster, plan.cluster_spread, plan.cooperative,
-             plan.pdl, plan.oversized_shared),
+             plan.pdl, plan.oversized_shared, plan.max_grid),
             loader.entries, loader.entry, python.launch, python.get_device, stream,
             _memory.scratch, _checks.same_value, loader.coresident_blocks, ctx, hooks.check if hooks else None,
             _exchange_api_types(),

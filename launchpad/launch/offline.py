@@ -57,6 +57,8 @@ def check(spec: KernelSpec, ctx: Context, grid: Any, block: Any, values: tuple, 
     pointer, a grid that launches nothing)."""
     notes: list[str] = []
     plan = spec.plan
+    if plan.max_grid:  # a launch's first check (cuTile's grid limit), before anything a device would say
+        Fail.grid_limit(ctx, grid, plan)
     if plan.block is None:
         if not (block.__class__ is int and 0 < block <= MAX_THREADS):
             x, y, z = _checks.dims(block, "block", ctx)

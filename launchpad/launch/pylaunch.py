@@ -131,7 +131,7 @@ def build(spec: KernelSpec, runtime: Any, devices: Any, first_launch: Callable[[
         raise _checks.NoDeviceError(f"kernel {ctx.kernel_name!r}: {_checks.NO_CUDA}")
 
     w.names.update(
-        _M=MISSING, _ctx=ctx, _Tensor=torch.Tensor, _C=_checks, _HostCopy=_memory.HostCopy, _memory=_memory,
+        _M=MISSING, _ctx=ctx, _plan=spec.plan, _Tensor=torch.Tensor, _C=_checks, _HostCopy=_memory.HostCopy, _memory=_memory,
         _get_device=kernel_no_cuda if no_cuda else devices.current_device,
         _raw_stream=devices.current_stream or _checks.current_raw_stream, _entries=runtime.entries,
         _entry=runtime.entry, _raise_shared=runtime.raise_shared, _launch_ex=runtime.launch_ex, _fail=Fail,
@@ -210,8 +210,12 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
     # no device (torch without CUDA, or without a GPU): what can be checked without one is, before
     # saying so (launchpad.launch.offline); only on that exception's path, nothing on a launch's
     offline = f"except RuntimeError as _exc: _offline(_exc, grid, block, {given}{'' if fast else ', shared_mem'})"
+    # the plan's grid limit (cuTile's) first, as ct.launch checks it; a tuple grid calls the check
+    limit = f"if grid.__class__ is not int or grid > {plan.max_grid}: _fail.grid_limit(_ctx, grid, _plan)"
     if fast:
         w.lines.append(f"def launch({signature}, **_kw):")
+        if plan.max_grid:
+            w.emit(limit)
         # keywords, a wrong count and zero-sized grids all go the general way
         missing = "".join(f" or {n} is _M" for n in required[-1:])
         w.emit(f"if _kw or _extra{missing}: return _full(grid, block, {arglist}{', ' if names else ''}*_extra, **_kw)")
@@ -222,6 +226,8 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         w.lines.append(
             f"def {mode}({signature}, shared_mem={plan.shared_mem}, stream=None, cluster=None, cooperative=False, pdl=False):"
         )
+        if plan.max_grid:
+            w.emit(limit)
         absent = " or ".join(f"{n} is _M" for n in required)
         w.emit(f"if _extra{' or ' + absent if absent else ''}: _fail.count(_ctx, {given}, _extra)")
         w.emit("if stream is None:")

@@ -12,7 +12,7 @@ torch's ``Array<char*, N>`` of pointers or a reduction's config) 8 bytes at a ti
   allocation's, whatever its address;
 - any other byte that differs between the base and a control varies without the inputs
   (uninitialized bytes in torch's functors and configs, which hold what the host left there: a
-  second control is captured after the probes, when the host has done other work): masked, in
+  later control is captured after the probes, and one after each probe's host work): masked, in
   that region only;
 - a byte that differs between the base and one input's probe, masked bytes aside, belongs to that
   input, and must be explained: a tensor's pointer that moved by exactly the tensor's own move, at
@@ -114,15 +114,16 @@ class Plan:
 def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
             probed: dict[str, Any], is_device_pointer: Callable[[int], bool],
             again: Callable[[str], Capture] | None = None, fars: dict[str, tuple[Any, Capture]] | None = None,
-            late: Capture | None = None) -> Plan:  # fmt: skip
+            lates: list[Capture] | None = None) -> Plan:  # fmt: skip
     """The inputs' part of a sequence's plan (see the module documentation); raises
     :class:`RecordError` for what cannot be replayed. ``again(name)`` captures input ``name``'s
     probe once more (to mask bytes that vary alone before a byte costs a copy or a refusal); ``fars``
     holds each scalar's far probe (its value and capture), a third value its encoding must fit;
-    ``late`` is a second control, captured after the probes: uninitialized bytes follow what the
-    host did before a capture, so two captures of the same values at other times tell them better."""
+    ``lates`` are more controls, captured after the probes (one after the host work of each input's
+    probe): uninitialized bytes follow what the host did before a capture, so captures of the same
+    values at other times, and after the same work, tell them apart."""
     fars = fars or {}
-    controls = [control] + ([late] if late is not None else [])
+    controls = [control, *(lates or ())]
     for c in controls:
         same_structure("", base.nodes, c.nodes)
     for name, c in probes.items():

@@ -120,8 +120,17 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
                 same_structure(name, base.nodes, fars[name][1].nodes)
         if _specialized(take, fn, values, name, base):
             multiples[name] = 16
-    late = take(fn, values)  # a second control, after the probes (the host's leftovers differ by now)
-    late.graph = None
+    # More controls after the probes: uninitialized bytes hold the host's leftovers, which differ by now,
+    # and differ after the host work a probe does before its capture: one control after that same work
+    # (a decoy probe of each input in turn), so fewer bytes that follow the probing rather than the input
+    # cost a copy (recordings of one step still differ in some: issue 28, point 3).
+    lates = [take(fn, values)]
+    for value in values.values():
+        decoy = probe(value)  # held across the capture, as a probe is
+        lates.append(take(fn, values))
+        del decoy
+    for late in lates:
+        late.graph = None
     seconds: dict[str, Any] = {}
 
     def capture_again(name: str) -> Any:  # a probe's second capture, where analyze must confirm a byte
@@ -131,13 +140,13 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
         return seconds[name]
 
     plan = analyze(base, control, probes, values, probed, lambda a: _driver.pointer_device(a) is not None,
-                   capture_again, fars, late)  # fmt: skip
+                   capture_again, fars, lates)  # fmt: skip
     for name, multiple in multiples.items():
         p = plan.inputs[name]
         p.multiple_of = multiple
         p.uses = [replace(u, multiple_of=max(u.multiple_of, multiple)) for u in p.uses]
     firsts = classify(plan, base, control, probes, values, probed)
-    del base, control, probes, fars, late
+    del base, control, probes, fars, lates
     seconds.clear()
     return Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators,
                     signature=(positional, parameters))  # fmt: skip

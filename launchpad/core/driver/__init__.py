@@ -34,6 +34,7 @@ from .device import (
     driver_version,
     error_text,
     init,
+    library_version,
     nvrtc_version,
     primary_context,
 )
@@ -123,6 +124,7 @@ __all__ = [
     "launch_ex",
     "launch_failed",
     "launch_kernel",
+    "library_version",
     "load_function",
     "load_library",
     "loaded_modules",

@@ -36,6 +36,7 @@ __all__ = [
     "driver_version",
     "error_text",
     "init",
+    "library_version",
     "nvrtc_version",
     "primary_context",
 ]
@@ -217,9 +218,38 @@ def device_context(device: int) -> Iterator[None]:
 
 def nvrtc_version() -> str:
     """``"nvrtc 13.0"``: the version of the NVRTC library cuda.bindings loads, or ``"unknown"``."""
-    try:
-        from cuda.bindings import nvrtc
+    version = library_version("NVRTC")
+    return "unknown" if version in (None, "unknown") else f"nvrtc {version}"
 
-        return "nvrtc " + ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
-    except Exception:
+
+def library_version(library: str) -> str | None:
+    """``"13.5"``: the version of ``"NVRTC"`` or ``"nvJitLink"`` as the library cuda.bindings loads
+    (through cuda.pathfinder: NVIDIA's wheels, a conda environment, the system's CUDA) reports it;
+    None where there is none, ``"unknown"`` where it does not say (a library without the version
+    function, a failed call)."""
+    try:
+        if library == "NVRTC":
+            from cuda.bindings import nvrtc
+
+            status, major, minor = nvrtc.nvrtcVersion()
+            if status != nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                return "unknown"
+        else:
+            from cuda.bindings import nvjitlink
+
+            major, minor = nvjitlink.version()  # raises nvJitLinkError where the call fails
+    except ImportError:  # a cuda-bindings without the module
         return "unknown"
+    except Exception as exc:  # the library is missing, lacks the function, or refused the call
+        return None if _library_missing(exc) else "unknown"
+    return f"{major}.{minor}"
+
+
+def _library_missing(exc: Exception) -> bool:
+    """Whether cuda.bindings failed because cuda.pathfinder found the library nowhere (its
+    DynamicLibNotFoundError; anything else means the library is there)."""
+    try:
+        from cuda.pathfinder import DynamicLibNotFoundError
+    except ImportError:  # a cuda-pathfinder without the name: by the class's name
+        return any(c.__name__ == "DynamicLibNotFoundError" for c in type(exc).__mro__)
+    return isinstance(exc, DynamicLibNotFoundError)

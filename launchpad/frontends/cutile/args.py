@@ -20,7 +20,7 @@ the argument and the assumption:
 Aliasing between different arrays (``alias_groups``) is a promise cuTile does not check either.
 
 The compiled executor reads torch tensors itself and checks the same rules in C
-(``OP_TILE_ARRAY`` in ``launchpad/launch/_claunch/values.c``); anything it does not take goes to
+(``OP_TILE_ARRAY`` in ``launchpad/launch/_claunch/tile.c``); anything it does not take goes to
 the Python executor, which calls the converter here. For each constraint one converter is made
 once; its torch path is one generated expression of integer comparisons (C-contiguous tensors);
 anything else (strided views, other array types, a failed check) goes to :func:`_convert_slow`,
@@ -39,15 +39,13 @@ from typing import Any
 import numpy as np
 import torch
 
+from ...core.params import INDEX_RANGE
 from ...core.spec import Arg
 from ...errors import ArgumentTypeError
 from ...launch.checks import CONVERTERS, Context, pointer_of
 from ...launch.checks import describe as _describe
 
 __all__ = ["array_converter", "convert_array", "elements_disjoint"]
-
-#: The range of each index type: (lowest, highest) value an extent or stride may have.
-INDEX_RANGE = {"i32": (-(2**31), 2**31 - 1), "u32": (0, 2**32 - 1), "i64": (-(2**63), 2**63 - 1)}
 
 
 def elements_disjoint(shape: Sequence[int], strides: Sequence[int]) -> bool:

@@ -15,7 +15,6 @@ cuTile is imported only here and only when compiling; a saved cuTile kernel load
 from __future__ import annotations
 
 import io
-import numbers
 from dataclasses import replace
 from typing import Any
 
@@ -33,44 +32,18 @@ __all__ = ["MAX_GRID_DIM", "CutileKernel", "cutile_spec", "from_cutile"]
 #: The largest grid dimension ``ct.launch`` takes: larger ones may compute wrong tile block ids
 #: (cuTile's launcher refuses them, citing a compiler bug).
 MAX_GRID_DIM = (1 << 24) - 1
+#: How a refusal of a larger grid names the limit (the spec's ``LaunchPlan.max_grid_words``).
+_LIMIT_WORDS = f"cuTile's limit of {MAX_GRID_DIM} tile blocks (2**24 - 1; ct.launch refuses it too)"
 
 
 class CutileKernel(Kernel):
     """A cuTile kernel (:func:`from_cutile`): a :class:`~launchpad.Kernel` whose grids are checked
     against ``ct.launch``'s limit of :data:`MAX_GRID_DIM` tile blocks per dimension.
 
-    ``kernel[grid](*args)`` checks the grid once per configuration; ``kernel.launch`` and
-    ``kernel.bind`` check it on each call.
+    The limit is the spec's (``LaunchPlan.max_grid``), which both executors check on every launch,
+    ``kernel[grid](*args)``, ``kernel.launch`` and ``kernel.bind`` alike: a cuTile kernel saved and
+    loaded again (a plain :class:`~launchpad.Kernel`) keeps it.
     """
-
-    def __init__(self, spec: KernelSpec, **options: Any):
-        super().__init__(spec, **options)
-        unchecked = self.launch
-        name = self.display_name
-
-        def launch(grid: Any, block: Any, *args: Any, **named: Any) -> None:
-            _check_grid(name, grid)
-            return unchecked(grid, block, *args, **named)
-
-        self.launch = launch  # type: ignore[method-assign]
-
-    def _configure(self, config: Any) -> Any:
-        _check_grid(self.display_name, config)
-        return super()._configure(config)
-
-    def bind(self, grid: Any, block: Any, *args: Any, **options: Any) -> Any:
-        _check_grid(self.display_name, grid)
-        return super().bind(grid, block, *args, **options)
-
-
-def _check_grid(kernel: str, grid: Any) -> None:
-    """Refuse a grid dimension above :data:`MAX_GRID_DIM` (anything else the launch checks)."""
-    for axis, n in zip("xyz", grid if isinstance(grid, (tuple, list)) else (grid,)):
-        if isinstance(n, numbers.Integral) and int(n) > MAX_GRID_DIM:  # numpy's ints too, as grids take them
-            raise ArgumentError(
-                f"kernel {kernel!r}: grid dimension {axis} = {n} is above cuTile's limit of {MAX_GRID_DIM} tile "
-                "blocks (2**24 - 1; ct.launch refuses it too); launch the work in several launches"
-            )
 
 
 def from_cutile(
@@ -178,7 +151,7 @@ def cutile_spec(image: bytes, signature: Any, name: str, names: list[str], versi
         params=params,
         args=tuple(args),
         # ct.launch's launch: the grid counts tile blocks, the block is (1, 1, 1), no dynamic shared memory
-        plan=LaunchPlan(block=(1, 1, 1)),
+        plan=LaunchPlan(block=(1, 1, 1), max_grid=MAX_GRID_DIM, max_grid_words=_LIMIT_WORDS),
         metadata={
             "frontend": "cutile",
             "cutile_version": version,

@@ -16,6 +16,7 @@ import re
 import subprocess
 from typing import Any
 
+from ...core.versions import parse_version
 from ...errors import UnsupportedVersion
 
 __all__ = ["MIN_CUTILE", "MIN_TILEIRAS", "check_cutile", "check_tileiras", "tileiras_version"]
@@ -29,12 +30,6 @@ _INSTALL = (
     "pip install 'cuda-tile[tileiras]' (cuda-tile with nvidia-cuda-tileiras, nvidia-cuda-nvcc and nvidia-nvvm of one "
     "major.minor: the cutile extra of launchpad-kernels)"
 )
-
-
-def parse_version(text: str) -> tuple[int, int] | None:
-    """``(1, 7)`` from ``"1.7.0"``; None when it is not a version."""
-    m = re.match(r"\s*(\d+)\.(\d+)", str(text))
-    return (int(m.group(1)), int(m.group(2))) if m else None
 
 
 def check_cutile() -> Any:

@@ -12,6 +12,13 @@ On a new key everything is Helion's: ``Kernel.bind`` traces the kernel, the boun
 comes from the kernel's ``config=``, its single entry of ``configs=``, the default config
 (``autotune_effort="none"``) or Helion's autotuner (timed with Helion's own launches, on the
 first call, as Helion does), and ``BoundKernel.compile_config`` generates the host function.
+
+Under ``torch.compile`` (while Dynamo traces a call) a :class:`HelionKernel` calls the Helion
+kernel itself, so it is traced as that kernel is: with torch 2.11 or newer, Helion registers its
+``Kernel`` with Dynamo, which puts the kernel into the graph as one higher-order op (Inductor
+then runs Helion's generated code, fused with its neighbours under ``torch_compile_fusion``);
+with an older torch, Dynamo traces into Helion's Python as into any object's. launchpad's
+launcher, C code Dynamo cannot trace, is left to eager calls.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import types
 import weakref
 from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from ...errors import ArgumentError, ArgumentTypeError
 from .keys import make_key
@@ -34,6 +43,8 @@ __all__ = ["HelionKernel"]
 # change the kernel's own tables (Helion's BoundKernel), which two wrappers must not do at once.
 _LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
 _LOCKS_LOCK = threading.Lock()
+# True while Dynamo traces (a constant in its graph), False in eager calls, at about 50 ns a call.
+_compiling = torch.compiler.is_compiling
 
 
 def _lock_of(kernel: Any) -> threading.RLock:
@@ -108,6 +119,8 @@ class HelionKernel:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run the kernel on ``args`` as ``kernel(*args, **kwargs)`` would, launching through launchpad."""
+        if _compiling():  # Dynamo tracing: the Helion kernel itself, as Dynamo knows it (module documentation)
+            return self.kernel(*args, **kwargs)
         try:
             if kwargs:
                 args = self.kernel.normalize_args(*args, **kwargs)  # as Helion's Kernel.__call__

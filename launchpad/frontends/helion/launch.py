@@ -2,8 +2,9 @@
 
 A Helion host function launches each of its Triton kernels with one generated statement,
 ``_launcher(_helion_k, grid, *args, num_warps=4, num_stages=2, **options)``, whose keywords are
-literals of the config it was compiled for. Helion's default launcher passes them all to
-``triton_kernel.run``, where every one is a Triton compile option (``num_warps``,
+literals of the config it was compiled for (the same statement and keywords from Helion 1.0 to
+1.4, whose ``launcher_keyword_args`` and ``default_launcher`` do not change). Helion's default
+launcher passes them all to ``triton_kernel.run``, where every one is a Triton compile option (``num_warps``,
 ``num_stages``, ``maxnreg``, ``num_ctas``, ``launch_cooperative_grid``, ``ptx_options``...).
 :class:`Launcher` passes them to the Triton launcher it is given (``with_options``), so each
 config compiles with its own options and the launch uses what the compiled kernel's metadata

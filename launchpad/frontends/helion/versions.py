@@ -1,24 +1,76 @@
-"""The Helion releases this front end follows, and the refusal of any other.
+"""The Helion releases this front end follows, what each keys on, and the refusal of any other.
 
 What Helion specializes a kernel on (:mod:`launchpad.frontends.helion.keys` computes the same key)
-and how its generated host functions call their launcher change between minor releases: 1.1
-drops the device type from each tensor's key and buckets every dynamic size alike, 1.2 adds the
-device's compute capability, 1.4 whether the call is distributed, 1.5 the aliasing between input
-tensors, compiler seeds and a dispatch cache of its own. A release is supported once its key
-has been checked against Helion's own (``tests/test_helion.py``); any other is refused with
+changes between minor releases; how its generated host functions call their launcher does not,
+from 1.0 to 1.4 (``_launcher(kernel, grid, *args, num_warps=..., num_stages=..., **options)``,
+the keywords from one unchanged ``launcher_keyword_args``). Per release, in
+``Kernel._base_specialization_key``:
+
+- 1.0: each tensor's entry holds its device type; a dynamic size keys as ``min(size, 2)``;
+- 1.1: the device type leaves the tensor entries for one entry after the arguments (the first
+  tensor argument's), and every dynamic size keys as 2 (0 and 1 no longer apart);
+- 1.2: that entry is the device ``_find_device`` finds (inside lists, tuples and dicts too, or a
+  ``torch.device`` argument), followed by its CUDA compute capability;
+- 1.4: then whether the call is distributed (symmetric-memory tensors, or a process group in an
+  initialized ``torch.distributed``); ``Kernel.__call__`` gains a dispatch cache of its own,
+  which picks the bound kernel ``bind`` would (its key is finer).
+
+1.3 was never released. 1.5 rewrites the binding (input-tensor aliasing, compiler seeds and a
+hardware promotion key in the key, extractors re-published after compilation) and its launcher
+calls carry runtime keywords (``_remote_copy_*``, ``_persistent_state_*``,
+``_minimum_resident_programs``); 1.5.1 also needs a torch newer than 2.11 (it imports
+``IntelGPUError`` from ``torch._inductor.runtime.triton_compat``). A release is followed once its
+key has been checked against Helion's own (``tests/test_helion.py``); any other is refused with
 :class:`~launchpad.UnsupportedVersion` when the front end is used, never keyed by guesswork.
 """
 
 from __future__ import annotations
 
-import re
+import dataclasses
 
+from ...core.versions import parse_version
 from ...errors import UnsupportedVersion
 
-__all__ = ["SUPPORTED", "check_installed", "installed_version", "supported_text"]
+__all__ = ["RELEASES", "SUPPORTED", "Rules", "check_installed", "installed_version", "rules_of", "supported_text"]
 
-#: Oldest and newest Helion release launchpad follows, as (major, minor), inclusive.
-SUPPORTED: tuple[tuple[int, int], tuple[int, int]] = ((1, 0), (1, 0))
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """What one Helion minor release keys a call on (beside the per-argument entries all share).
+
+    Attributes
+    ----------
+    device_in_tensor
+        Each tensor's entry holds its device type (1.0).
+    small_sizes_apart
+        A dynamic size keys as ``min(size, 2)`` (1.0); else every size keys alike (2).
+    device_entry
+        The entry after the arguments: None (1.0), ``"first_tensor"`` (1.1: the device type of
+        the first tensor argument) or ``"find_device"`` (1.2 on: ``_find_device``'s device type
+        and its CUDA compute capability).
+    distributed
+        Whether the call is distributed follows (1.4).
+    """
+
+    device_in_tensor: bool
+    small_sizes_apart: bool
+    device_entry: str | None
+    distributed: bool
+
+
+#: Each Helion release launchpad follows, as (major, minor), with what it keys on.
+RELEASES: dict[tuple[int, int], Rules] = {
+    (1, 0): Rules(device_in_tensor=True, small_sizes_apart=True, device_entry=None, distributed=False),
+    (1, 1): Rules(device_in_tensor=False, small_sizes_apart=False, device_entry="first_tensor", distributed=False),
+    (1, 2): Rules(device_in_tensor=False, small_sizes_apart=False, device_entry="find_device", distributed=False),
+    (1, 4): Rules(device_in_tensor=False, small_sizes_apart=False, device_entry="find_device", distributed=True),
+}
+
+#: Oldest and newest Helion release launchpad follows, as (major, minor), inclusive (1.3 was
+#: never released; :data:`RELEASES` lists each).
+SUPPORTED: tuple[tuple[int, int], tuple[int, int]] = (min(RELEASES), max(RELEASES))
+
+_PIP = "pip install 'helion>=1.0,<1.5'"
 
 
 def installed_version() -> str | None:
@@ -31,15 +83,17 @@ def installed_version() -> str | None:
         return None
 
 
-def _parse(text: str) -> tuple[int, int] | None:
-    m = re.match(r"\s*(\d+)\.(\d+)", text)
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
 def supported_text() -> str:
-    """The supported releases as words: ``"1.0.x"``."""
-    (a, b), (c, d) = SUPPORTED
-    return f"{a}.{b}.x" if (a, b) == (c, d) else f"{a}.{b} to {c}.{d}"
+    """The supported releases as words: ``"1.0, 1.1, 1.2 and 1.4"``."""
+    names = [f"{a}.{b}" for a, b in sorted(RELEASES)]
+    return names[0] + ".x" if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def rules_of(version: str | None = None) -> Rules:
+    """What the installed Helion (or ``version``) keys on; refused as :func:`check_installed` refuses."""
+    parsed = parse_version(check_installed(version))
+    assert parsed is not None  # check_installed refuses what does not parse
+    return RELEASES[parsed]
 
 
 def check_installed(version: str | None = None) -> str:
@@ -53,20 +107,21 @@ def check_installed(version: str | None = None) -> str:
     Raises
     ------
     UnsupportedVersion
-        Helion is not installed, or is a release outside :data:`SUPPORTED` (naming both).
+        Helion is not installed, or is a release outside :data:`RELEASES` (naming both, and the
+        pip command that installs a followed one).
     """
     version = version if version is not None else installed_version()
     supported = supported_text()
     if version is None:
         raise UnsupportedVersion(
             f"Helion is not installed; launchpad's Helion front end needs helion {supported} "
-            "(pip install 'helion>=1.0,<1.1': the helion extra of launchpad-kernels)"
+            f"({_PIP}: the helion extra of launchpad-kernels)"
         )
-    parsed = _parse(version)
-    if parsed is None or not SUPPORTED[0] <= parsed <= SUPPORTED[1]:
+    parsed = parse_version(version)
+    if parsed is None or parsed not in RELEASES:
         raise UnsupportedVersion(
             f"Helion {version} is installed; launchpad's Helion front end follows helion {supported}, whose "
             "specialization key and launcher calls it reproduces; call the Helion kernel itself, or install "
-            f"helion {supported}"
+            f"a followed release ({_PIP})"
         )
     return version

@@ -25,6 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import torch
+
 from ...errors import CompileError, OutOfResources
 
 __all__ = ["AutotunedLauncher", "HeuristicsLauncher", "wrap"]
@@ -53,6 +55,9 @@ class _Wrapper:
         self._children: dict[tuple, Any] = {}
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
+        if torch.compiler.is_dynamo_compiling():  # under torch.compile: Triton's own, traced as a user kernel
+            options = getattr(self.inner, "options", None)
+            return functools.partial(self.wrapped[grid], **options) if options else self.wrapped[grid]
         return functools.partial(self.run, grid)
 
     def with_options(self, options: dict) -> Any:

@@ -23,6 +23,7 @@ import torch
 from ...errors import ArgumentError
 from ...kernel import Kernel
 from ...launch import executor as _executor
+from ...launch.traced import dynamo_compiling
 from .autotune import wrap
 from .in_process import _from_compiled, _run_options, _target, source_class, with_source
 from .versions import check_installed
@@ -104,6 +105,8 @@ class TritonLauncher:
             )  # fmt: skip
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
+        if dynamo_compiling():  # under torch.compile: Triton's own launch, which Dynamo traces as a user kernel
+            return functools.partial(self.fn[grid], **self.options) if self.options else self.fn[grid]
         return functools.partial(self.run, grid)
 
     def __repr__(self) -> str:
@@ -184,7 +187,7 @@ class TritonLauncher:
 
     def _variant(self, values: tuple) -> Any:
         """The compiled dispatcher's miss: the launch of the variant for these values."""
-        return self._resolve(values).launch
+        return self._resolve(values)._executor.launch  # the executor's own (a Launcher), not the bound method
 
     # --- Triton's own specialization and compilation, on a miss --------------------------------
 

@@ -28,10 +28,10 @@ guesswork.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from ...core.versions import parse_version, range_text
 from ...errors import UnsupportedVersion
 
 __all__ = ["SUPPORTED", "Convention", "check_installed", "convention", "parse_version"]
@@ -41,17 +41,6 @@ SUPPORTED: tuple[tuple[int, int], tuple[int, int]] = ((3, 4), (3, 9))
 
 #: torch's Linux wheels and the Triton each pins (for the README and error messages).
 TORCH_PINS = {"2.11": "3.6.0", "2.12": "3.7.1", "2.13": "3.7.1", "2.14": "3.8.x", "2.15": "3.9.x"}
-
-
-def parse_version(text: str) -> tuple[int, int] | None:
-    """``(3, 9)`` from ``"3.9.0"``, ``"3.10.0+git1234"``; None when it is not a version."""
-    m = re.match(r"\s*(\d+)\.(\d+)", str(text))
-    return (int(m.group(1)), int(m.group(2))) if m else None
-
-
-def _supported_text() -> str:
-    (a, b), (c, d) = SUPPORTED
-    return f"{a}.{b} to {c}.{d}"
 
 
 @dataclass(frozen=True)
@@ -121,7 +110,7 @@ def convention(metadata: dict[str, Any]) -> Convention:
     if not SUPPORTED[0] <= version <= SUPPORTED[1]:
         raise UnsupportedVersion(
             f"kernel {name!r} was compiled by Triton {raw}; launchpad launches kernels of Triton "
-            f"{_supported_text()}, whose calling conventions it knows"
+            f"{range_text(SUPPORTED)}, whose calling conventions it knows"
         )
     if "gsan" in str(metadata.get("instrumentation_mode") or ""):
         raise UnsupportedVersion(
@@ -145,7 +134,7 @@ def check_installed() -> None:
     if version is None or not SUPPORTED[0] <= version <= SUPPORTED[1]:
         raise UnsupportedVersion(
             f"Triton {getattr(triton, '__version__', '?')} is installed; launchpad's Triton front end supports "
-            f"Triton {_supported_text()} (torch pins: "
+            f"Triton {range_text(SUPPORTED)} (torch pins: "
             + ", ".join(f"{t} -> {v}" for t, v in TORCH_PINS.items())
             + "); install a supported Triton, or launch saved artifacts, which need no Triton"
         )

@@ -73,6 +73,8 @@ enum {
  * launch's parameter buffer and pointer array goes on the C stack: more goes on the heap for that
  * launch (a large parameter block, which the driver copies anyway). */
 enum { LP_MAX_PARAM_BYTES = 32764, LP_STACK_PARAM_BYTES = 8192 };
+/* The largest grid every CUDA device takes, per dimension (launchpad/launch/checks.py's MAX_GRID). */
+enum { LP_MAX_GRID_X = 2147483647, LP_MAX_GRID_YZ = 65535 };
 
 /* --- DLPack exchange API (DLPack 1.3) -------------------------------------------------------- */
 
@@ -105,7 +107,8 @@ typedef struct {
     int (*current_work_stream)(int32_t device_type, int32_t device_id, void **out_stream);
 } DLPackExchangeAPI;
 
-/* The exchange API of a tensor type, or NULL (no exception) when it has none or an unknown major version. */
+/* tensors.c: the exchange API of a tensor type, or NULL (no exception) when it has none or an
+ * unknown major version. */
 const DLPackExchangeAPI *lp_exchange_api(PyObject *tensor_type);
 /* The interned names the launcher compares keywords with. */
 extern PyObject *lp_str_stream, *lp_str_shared_mem, *lp_str_calls;
@@ -171,6 +174,9 @@ typedef struct {
     int fixed_block[3];         /* 0: the launch chooses */
     int shared_default;
     int scale[3];               /* grid multiplier per dimension */
+    /* the largest grid per dimension: the device's, or the plan's max_grid where lower (cuTile's
+     * 2**24 - 1); above it the Python executor refuses the launch */
+    unsigned int max_grid[3];
     int cluster[3];             /* 0: none */
     int spread, cooperative, pdl, oversized;
     PyObject *entries;          /* dict: device -> entry tuple (the loader's) */
@@ -227,14 +233,15 @@ enum { LP_OK = 0, LP_FALLBACK = 1 };
 
 /* values.c: one operation's argument into the buffer (LP_OK or LP_FALLBACK; never raises). */
 int lp_run_op(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs);
-/* values.c: a torch tensor read through the DLPack API (LP_OK and *out filled, or LP_FALLBACK). */
+/* tensors.c: a torch tensor read through the DLPack API (LP_OK and *out filled, or LP_FALLBACK). */
 int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out);
-/* values.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch), and its DLPack
+/* tensors.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch), and its DLPack
  * dtype word (code | bits << 8 | lanes << 16). */
 int lp_on_device(const DLTensor *t, int device);
-/* OP_TILE_ARRAY (tile.c): LP_OK, or LP_FALLBACK for the Python executor to decide. */
-int lp_run_tile_array(Launch *L, const Op *op, PyObject *value);
 uint32_t lp_dtype_word(const DLTensor *t);
+/* OP_TILE_ARRAY (tile.c, called by values.c only): LP_OK, or LP_FALLBACK for the Python executor to
+ * decide. */
+int lp_run_tile_array(Launch *L, const Op *op, PyObject *value);
 /* values.c: a scalar into a slot's bytes at ``at`` as a launch packs it (LP_OK or LP_FALLBACK;
  * never raises); pointer and bytes slots are not scalars (LP_FALLBACK). */
 int lp_pack_scalar(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of);

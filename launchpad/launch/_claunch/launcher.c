@@ -10,7 +10,6 @@
 #include <alloca.h>
 #include <string.h>
 
-static const unsigned int MAX_GRID[3] = {2147483647u, 65535u, 65535u};
 static const unsigned int MAX_BLOCK[3] = {1024u, 1024u, 64u};
 
 /* --- one launch ------------------------------------------------------------------------------- */
@@ -179,7 +178,8 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     LP_MARK(1);
     LP_UNMARK(2);
 
-    if (read_dims(grid, L.grid, MAX_GRID, 1) != LP_OK) goto done;  /* zero grids: Python's, which launches nothing */
+    /* zero grids and grids above the limit: Python's, which launches nothing or words the refusal */
+    if (read_dims(grid, L.grid, self->max_grid, 1) != LP_OK) goto done;
     if (self->fixed_block[0]) {
         if (block != Py_None) goto done;
         for (int i = 0; i < 3; i++) L.block[i] = (unsigned int)self->fixed_block[i];

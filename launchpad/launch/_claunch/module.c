@@ -45,6 +45,22 @@ static PyObject *launch_loop(PyObject *module, PyObject *args) {
     return PyLong_FromLong((long)r);
 }
 
+/* launch_first(pair, *args, **kwargs) -> pair[0](*args, **kwargs). Kernel.launch is this function bound
+ * to (the kernel's launcher, what torch.compile needs of it): in eager one more C call, no Python frame;
+ * under torch.compile, launchpad/tracing.py has Dynamo trace a polyfill of it instead, which launches
+ * through the kernel's operator (Dynamo cannot trace into a C function). */
+static PyObject *launch_first(PyObject *module, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    (void)module;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1 || !PyTuple_Check(args[0]) || PyTuple_GET_SIZE(args[0]) < 1) {
+        PyErr_SetString(PyExc_TypeError, "launch_first(pair, *args, **kwargs) takes a tuple whose first item it calls");
+        return NULL;
+    }
+    /* args[0] is this call's own argument: the callee may borrow its slot (PY_VECTORCALL_ARGUMENTS_OFFSET) */
+    return PyObject_Vectorcall(PyTuple_GET_ITEM(args[0], 0), args + 1, (size_t)(nargs - 1) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                               kwnames);
+}
+
 #ifdef LP_PROFILE
 #include <time.h>
 unsigned long long lp_profile_ns[LP_STEPS], lp_profile_calls;
@@ -71,6 +87,8 @@ static PyObject *profile(PyObject *module, PyObject *unused) {
 
 static PyMethodDef module_methods[] = {
     {"dlpack_dtype", dlpack_dtype, METH_O, "dlpack_dtype(tensor) -> (code, bits, lanes) of its DLPack dtype."},
+    {"launch_first", (PyCFunction)(void (*)(void))launch_first, METH_FASTCALL | METH_KEYWORDS,
+     "launch_first(pair, *args, **kwargs) -> pair[0](*args, **kwargs): Kernel.launch, bound to its pair."},
     {"launch_loop", launch_loop, METH_VARARGS,
      "launch_loop(cuLaunchKernel, function, count, grid, block, shared_mem, stream, params) -> CUresult: the C floor."},
 #ifdef LP_PROFILE

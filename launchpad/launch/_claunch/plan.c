@@ -189,12 +189,21 @@ PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         self->offsets[i] = (uint32_t)v;
     }
     PyObject *block, *scale, *cluster;
-    if (!PyArg_ParseTuple(plan, "OiOOpppp", &block, &self->shared_default, &scale, &cluster, &self->spread,
-                          &self->cooperative, &self->pdl, &self->oversized) ||
+    long max_grid = 0;  /* the plan's limit per grid dimension; 0 (or left out): the device's alone */
+    if (!PyArg_ParseTuple(plan, "OiOOpppp|l", &block, &self->shared_default, &scale, &cluster, &self->spread,
+                          &self->cooperative, &self->pdl, &self->oversized, &max_grid) ||
         parse_dims(block, self->fixed_block, "block") < 0 || parse_dims(scale, self->scale, "grid scale") < 0 ||
         parse_dims(cluster, self->cluster, "cluster") < 0)
         goto fail;
     if (self->scale[0] == 0) self->scale[0] = self->scale[1] = self->scale[2] = 1;
+    if (max_grid < 0) {
+        PyErr_SetString(PyExc_ValueError, "bad max_grid in a launch plan");
+        goto fail;
+    }
+    for (int i = 0; i < 3; i++) {
+        unsigned int device = i ? LP_MAX_GRID_YZ : LP_MAX_GRID_X;
+        self->max_grid[i] = max_grid && (unsigned long)max_grid < device ? (unsigned int)max_grid : device;
+    }
     self->nops = 0;
     self->ops = PyMem_Calloc(PyTuple_GET_SIZE(ops) ? PyTuple_GET_SIZE(ops) : 1, sizeof(Op));
     if (self->ops == NULL) {

@@ -1,0 +1,51 @@
+/* torch tensors read through the DLPack C exchange API: the tensor's device, dtype and memory, as
+ * every tensor-taking operation needs them. Its own file, below values.c (plain arguments), tile.c
+ * (cuTile arrays), dispatch.c and replay.c, which all read tensors: none of those calls another to
+ * read one, so the C sources have no cycle.
+ *
+ * Like values.c, nothing here raises: a tensor it does not take is LP_FALLBACK, no exception set.
+ */
+#include "claunch.h"
+
+const DLPackExchangeAPI *lp_exchange_api(PyObject *tensor_type) {
+    PyObject *capsule = PyObject_GetAttrString(tensor_type, "__dlpack_c_exchange_api__");
+    if (capsule == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    const DLPackExchangeAPI *api = PyCapsule_GetPointer(capsule, "dlpack_exchange_api");
+    Py_DECREF(capsule);  /* the table is static in torch; the capsule only names it */
+    if (api == NULL) {
+        PyErr_Clear();
+        return NULL;
+    }
+    if (api->header.version.major != 1 || api->dltensor_from_py_object_no_sync == NULL) return NULL;
+    return api;
+}
+
+/* Only torch.Tensor and torch.nn.Parameter themselves: other subclasses (fake, functional,
+ * distributed tensors) may have no storage of their own; the Python executor decides for them. */
+int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out) {
+    PyObject *type = (PyObject *)Py_TYPE(obj);
+    if (api == NULL) return LP_FALLBACK;
+    int known = 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tensor_types); i++)
+        known |= PyTuple_GET_ITEM(tensor_types, i) == type;
+    if (!known) return LP_FALLBACK;
+    if (api->dltensor_from_py_object_no_sync(obj, out) != 0) {
+        PyErr_Clear();
+        return LP_FALLBACK;
+    }
+    return LP_OK;
+}
+
+/* Whether a tensor lives where the launch runs: on the launch device, or on the CPU when the
+ * device is -1 (torch's get_device() of a CPU tensor: what CPU tests launch on). */
+int lp_on_device(const DLTensor *t, int device) {
+    if (device < 0) return t->device.device_type == kDLCPU;
+    return t->device.device_type == kDLCUDA && t->device.device_id == device;
+}
+
+uint32_t lp_dtype_word(const DLTensor *t) {
+    return (uint32_t)t->dtype.code | (uint32_t)t->dtype.bits << 8 | (uint32_t)t->dtype.lanes << 16;
+}

@@ -1,0 +1,55 @@
+"""What torch.compile needs of a kernel's launch, kept beside it (:mod:`launchpad.tracing` turns it into
+an operator and has Dynamo trace :func:`launch_first` as that operator's call)."""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ..core.spec import KernelSpec
+from .executor import _claunch
+
+__all__ = ["TRACED", "Traced", "dynamo_compiling", "launch_first", "new_key"]
+
+
+def _launch_first(pair: tuple, /, *args: Any, **named: Any) -> Any:
+    return pair[0](*args, **named)
+
+
+#: ``Kernel.launch`` is this function bound to ``(the executor's launch, the kernel's Traced)``: in
+#: eager one C call more (the compiled module's), no Python frame; under torch.compile,
+#: :mod:`launchpad.tracing` has Dynamo trace a stand-in for it that launches through the kernel's
+#: operator, since Dynamo cannot trace into the executor's C function.
+launch_first: Callable[..., Any] = getattr(_claunch, "launch_first", None) or _launch_first
+
+#: Whether Dynamo is tracing: False in eager (one call of a function that returns it), True to
+#: Dynamo, which knows the function.
+dynamo_compiling: Callable[[], bool] = torch.compiler.is_dynamo_compiling
+
+
+@dataclass(eq=False)
+class Traced:
+    """What torch.compile needs of one kernel: :mod:`launchpad.tracing` registers its operator from
+    this. ``key`` names it (a new key, a new operator: declared ``writes`` changed); ``launch`` is
+    the executor's, which the operator's implementation calls."""
+
+    key: str  # a str: Dynamo treats an int attribute as a size that may vary
+    spec: KernelSpec
+    launch: Callable[..., None]
+    writes: tuple[str, ...] | None = None  # the tensors declared written; None: derived
+
+
+#: Each kernel's Traced by key, while the kernel lives: how the operator's registration, which
+#: Dynamo runs with the key alone (a constant), finds it.
+TRACED: weakref.WeakValueDictionary[str, Traced] = weakref.WeakValueDictionary()
+_KEYS = itertools.count(1)
+
+
+def new_key() -> str:
+    """A key no Traced had before: ``k1``, ``k2``..."""
+    return f"k{next(_KEYS)}"
