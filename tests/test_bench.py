@@ -854,3 +854,24 @@ def test_sweep_launchers_set_up(tmp_path):
     _, results = harness.set_up(sweep.sweep_entries(4), ctx, sync=torch.cuda.synchronize, log=lambda _: None)
     assert not [r for r in results.values() if r["status"] == "error"], results
     assert results["c_floor"]["status"] == "ok" and results["lp_cpp"]["status"] == "ok"
+
+
+def test_a_launchpad_launcher_whose_needs_are_absent_is_missing_and_a_failure_is_an_error():
+    """cuTile not installed on the GPU machine: its launchpad launchers are missing, not errors (the
+    device run of test_every_launcher_sets_up_or_is_missing); launchpad failing is an error."""
+
+    def raising(exc):
+        def factory(ctx):
+            raise exc
+
+        return factory
+
+    entries = [Entry("lp_tile", "tile", "launchpad", raising(Missing("cuTile is not installed (no module)"))),
+               Entry("lp_broken", "broken", "launchpad", raising(RuntimeError("bad launch")))]  # fmt: skip
+    ready, results = harness.set_up(entries, None, log=lambda _: None)
+    assert ready == []
+    assert (results["lp_tile"]["status"], results["lp_tile"]["reason"]) == (
+        "missing",
+        "cuTile is not installed (no module)",
+    )
+    assert (results["lp_broken"]["status"], results["lp_broken"]["reason"]) == ("error", "RuntimeError: bad launch")

@@ -23,6 +23,7 @@ from typing import Any
 
 __all__ = [
     "Entry",
+    "Failed",
     "Launcher",
     "Missing",
     "Timed",
@@ -47,6 +48,10 @@ class WrongResult(Exception):
     """A launcher ran but its kernel did not compute the expected result."""
 
 
+class Failed(Exception):
+    """A launcher failed to set up; the message already names what failed (a peer's: it is missing here)."""
+
+
 def describe(exc: BaseException, limit: int = 300) -> str:
     """One line naming an exception: ``"ImportError: No module named 'cupy'"``.
 
@@ -54,7 +59,7 @@ def describe(exc: BaseException, limit: int = 300) -> str:
     error in the log survives; :class:`Missing` and :class:`WrongResult` are not named.
     """
     text = " / ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip())
-    if not isinstance(exc, (Missing, WrongResult)):
+    if not isinstance(exc, (Missing, WrongResult, Failed)):
         text = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
@@ -143,6 +148,8 @@ def set_up(
             timed = e.factory(context)
         except WrongResult as exc:
             record.update(status="error", reason=describe(exc))
+        except Missing as exc:  # what it needs is not here (cuTile not installed): launchpad's own too
+            record.update(status="missing", reason=describe(exc))
         except Exception as exc:  # a peer may be absent here; launchpad itself failing is an error
             record.update(status="error" if e.group == "launchpad" else "missing", reason=describe(exc))
         else:

@@ -57,24 +57,34 @@ def training_here(rounds: int, batch: int, log: Callable[[str], None]) -> dict[s
 
 
 def training_apart(rounds: int, batch: int, log: Callable[[str], None]) -> dict[str, Any]:
-    """The training step's figures, measured in a process of its own: torch's hand-captured graphs and
-    torch.compile's graph trees read illegal addresses in some orders in one process (torch 2.11), and
-    what the CUDA context loses there must not take this process's figures with it."""
+    """The training step's figures, each model measured in a process of its own: torch's hand-captured
+    graphs and torch.compile's graph trees read illegal addresses in some orders in one process (torch
+    2.11), and what the CUDA context loses there must take no other figures with it."""
+    from .sequence_training import MODELS
+
+    out: dict[str, Any] = {"models": {}}
     with tempfile.TemporaryDirectory(prefix="lp-training-") as tmp:
-        path = Path(tmp) / "training.json"
-        command = [sys.executable, "-m", "launchpad.bench.sequence_training", "--rounds", str(rounds),
-                   "--batch", str(batch), "--json", str(path)]  # fmt: skip
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
-        except subprocess.TimeoutExpired:
-            return {"error": "the training step's process ran past 30 minutes"}
-        for line in done.stderr.splitlines():
-            if line.startswith("  ") or line.startswith("a training step"):
-                log(line)
-        if not path.exists():
-            tail = " / ".join(done.stderr.strip().splitlines()[-3:])
-            return {"error": f"the training step's process failed (exit {done.returncode}): {tail}"[:600]}
-        return json.loads(path.read_text())
+        for name in MODELS:
+            path = Path(tmp) / f"{name}.json"
+            command = [sys.executable, "-m", "launchpad.bench.sequence_training", "--rounds", str(rounds),
+                       "--batch", str(batch), "--models", name, "--json", str(path)]  # fmt: skip
+            try:
+                done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+            except subprocess.TimeoutExpired:
+                out["models"][name] = {"description": MODELS[name], "error": "its process ran past 30 minutes"}
+                continue
+            for line in done.stderr.splitlines():
+                if line.startswith("  ") or line.startswith("a training step"):
+                    log(line)
+            if not path.exists():
+                tail = " / ".join(done.stderr.strip().splitlines()[-3:])
+                error = f"its process failed (exit {done.returncode}): {tail}"[:600]
+                out["models"][name] = {"description": MODELS[name], "error": error}
+                continue
+            part = json.loads(path.read_text())
+            out.update({k: v for k, v in part.items() if k != "models"})
+            out["models"].update(part["models"])
+    return out
 
 
 measure_training = training_apart  # what the section runs (the tests: training_here)
