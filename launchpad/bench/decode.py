@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .harness import Entry, Missing, Timed, WrongResult
+from .harness import Entry, Missing, Timed, WrongResult, capture_graph
 
 __all__ = ["decode_entries"]
 
@@ -92,13 +92,9 @@ def eager(ctx: Any) -> Timed:
 
 
 def torch_graph(ctx: Any) -> Timed:
-    s, torch = _step(ctx), _step(ctx).torch
+    s = _step(ctx)
     tokens_s, positions_s = (t.clone() for t in s.inputs[0])
-    s.step(tokens_s, positions_s)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = s.step(tokens_s, positions_s)
+    graph, out = capture_graph(lambda: s.step(tokens_s, positions_s))
 
     def call(tokens: Any, positions: Any) -> Any:
         tokens_s.copy_(tokens)
