@@ -29,7 +29,6 @@ __all__ = [
     "Timed",
     "WrongResult",
     "add_ratios",
-    "capture_graph",
     "describe",
     "measure",
     "measure_e2e",
@@ -329,23 +328,3 @@ def record_e2e(record: dict[str, Any], samples: list[float], error: str | None) 
 
 
 # --- output --------------------------------------------------------------------------------------
-
-
-def capture_graph(step: Callable[[], Any], warmups: int = 1) -> tuple[Any, Any]:
-    """torch's ``CUDAGraph`` of ``step()`` and what the captured call returned, as the graph peers
-    take it: warmed up on a side stream, as torch's documentation does it, and captured after
-    clearing torch's cached cuBLAS workspaces, so the graph makes its own inside its pool (torch.compile
-    clears that table, which would free a workspace the graph still uses: an illegal address)."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(warmups):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = step()
-    return graph, out

@@ -181,9 +181,20 @@ def eager(work: Workload) -> Timed:
 
 
 def torch_graph(work: Workload) -> Timed:
-    t = Trainer(work)
+    torch, t = work.torch, Trainer(work)
     x_s, y_s = (v.clone() for v in work.batches[0])
-    graph, loss_s = harness.capture_graph(lambda: t.step(x_s, y_s), warmups=3)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as torch's documentation does it
+        for _ in range(3):
+            t.step(x_s, y_s)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    # cuBLAS's workspace inside the graph's pool: torch.compile's variants clear torch's table of them,
+    # which would free one this graph still uses (an illegal address on the H100 when they ran first)
+    getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)()
+    with torch.cuda.graph(graph):
+        loss_s = t.step(x_s, y_s)
 
     def replay(x: Any, y: Any) -> Any:
         x_s.copy_(x)
