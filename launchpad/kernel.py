@@ -196,16 +196,20 @@ class Kernel:
 
     def _traced_config(self, config: Any) -> Callable[..., None]:
         """``kernel[config]`` as a partial of :meth:`launch`, which Dynamo traces (:mod:`launchpad.tracing`)."""
-        grid, block, options = self._config(config)
-        return functools.partial(self.launch, grid, block, **options)
+        if self.plan.block is not None:
+            return functools.partial(self.launch, config, None)
+        if not isinstance(config, (tuple, list)) or not 2 <= len(config) <= 4:
+            raise ArgumentError(f"kernel {self.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
+        options: dict[str, Any] = {}
+        if len(config) > 2 and config[2] is not None:
+            options["stream"] = config[2]
+        if len(config) > 3:
+            options["shared_mem"] = config[3]
+        return functools.partial(self.launch, config[0], config[1], **options)
 
     def _configure(self, config: Any) -> Callable[..., None]:
-        return self._executor.configure(*self._config(config))
-
-    def _config(self, config: Any) -> tuple[Any, Any, dict[str, Any]]:
-        """``(grid, block, options)`` of ``kernel[config]`` (see :meth:`__getitem__`)."""
         if self.plan.block is not None:
-            return config, None, {}
+            return self._executor.configure(config, None, {})
         if not isinstance(config, (tuple, list)) or not 2 <= len(config) <= 4:
             raise ArgumentError(f"kernel {self.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
         grid, block, *rest = config
@@ -214,7 +218,7 @@ class Kernel:
             options["stream"] = rest[0]
         if len(rest) > 1:
             options["shared_mem"] = rest[1]
-        return grid, block, options
+        return self._executor.configure(grid, block, options)
 
     def bind(self, grid: Any, block: Any, *args: Any, **options: Any) -> Callable[..., None]:
         """Validate and pack one launch now; return a function that repeats it.
