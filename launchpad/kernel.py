@@ -27,7 +27,7 @@ from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
 from .errors import ArgumentError, BinaryError, MissingFileError, NoDeviceError
 from .launch import executor as _executor
 from .launch.checks import Context
-from .launch.traced import TRACED, Traced, dynamo_compiling, launch_first, new_key
+from .launch.traced import TRACED, BoundLaunch, Traced, dynamo_compiling, launch_first, new_key
 
 __all__ = ["Kernel", "from_image", "load", "load_cubin"]
 
@@ -78,6 +78,9 @@ class Kernel:
         self._trace(None)
         self._configs: dict[Any, Callable[..., None]] = {}
         self._configs_lock = threading.Lock()
+        # (kernel[config] under torch.compile reads this plain attribute: every attribute Dynamo reads
+        # is a guard checked on each call of the compiled function, a property's a Python call)
+        self._fixed_block = spec.plan.block
 
     name = property(lambda self: self.spec.name, doc="The entry symbol in the binary.")
     display_name = property(lambda self: self.spec.display_name, doc="How messages name the kernel.")
@@ -91,6 +94,7 @@ class Kernel:
     def _trace(self, writes: tuple[str, ...] | None) -> None:
         traced = Traced(new_key(), self.spec, self._executor.launch, writes)
         TRACED[traced.key] = traced
+        self._traced = traced
         # The instance attribute shadows the documented method below: no Python frame (launch_first).
         self.launch = types.MethodType(launch_first, (traced.launch, traced))  # type: ignore[method-assign]
 
@@ -196,10 +200,10 @@ class Kernel:
 
     def _traced_config(self, config: Any) -> Callable[..., None]:
         """``kernel[config]`` as a partial of :meth:`launch`, which Dynamo traces (:mod:`launchpad.tracing`)."""
-        if self.plan.block is not None:
+        if self._fixed_block is not None:
             return functools.partial(self.launch, config, None)
         if not isinstance(config, (tuple, list)) or not 2 <= len(config) <= 4:
-            raise ArgumentError(f"kernel {self.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
+            raise ArgumentError(f"kernel {self.spec.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
         options: dict[str, Any] = {}
         if len(config) > 2 and config[2] is not None:
             options["stream"] = config[2]
@@ -226,9 +230,13 @@ class Kernel:
         The returned ``bound()`` issues exactly that launch (same arguments, grid, block, shared
         memory and stream, the stream resolved now) with nothing left to compute.
         ``bound(*args, **named)`` launches with the leading arguments, or those named,
-        replaced for that call only; it is checked like :meth:`launch`.
+        replaced for that call only; it is checked like :meth:`launch`. Called inside a function
+        compiled by ``torch.compile``, it is traced as :meth:`launch` with the bound arguments,
+        on torch's current stream then (binding with ``stream=`` is refused there).
         """
-        return self._executor.bind(self, grid, block, args, options)
+        bound = self._executor.bind(self, grid, block, args, options)
+        # (launch_first, as Kernel.launch: in eager one C call more; Dynamo traces its stand-in)
+        return types.MethodType(launch_first, (bound, BoundLaunch(self._traced, grid, block, args, options)))
 
     # --- introspection and resources -------------------------------------------------------------
 

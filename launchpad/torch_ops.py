@@ -176,7 +176,9 @@ def torch_op(
     op_inputs = [i for i in inputs if i.name not in outputs]
     op_outputs = [by_name[o] for o in outputs]
     schema = _schema(op_inputs, set(mutated), len(op_outputs))
-    impl = _implementation(kernel, op_inputs, op_outputs, outputs, consts, grid, block, shared_mem)
+    impl = _implementation(
+        kernel.launch, kernel.display_name, op_inputs, op_outputs, outputs, consts, grid, block, shared_mem
+    )
     fake = _fake(name, kernel, op_inputs, op_outputs, outputs)
 
     namespace, opname = name.split("::")
@@ -313,8 +315,15 @@ def _switch_device(device: int) -> Any:
     return torch.cuda.device(device)
 
 
+class Source(str):
+    """Python source for one part of a launch's configuration, evaluated in the generated
+    implementation over its parameters (the traced operators' grid, block and shared memory are
+    parameters of their own)."""
+
+
 def _implementation(
-    kernel: Kernel,
+    launch: Callable[..., Any],
+    display_name: str,
     inputs: list[_Input],
     outputs: list[_Input],
     output_fns: dict[str, Callable[..., torch.Tensor]],
@@ -322,15 +331,19 @@ def _implementation(
     grid: Any,
     block: Any,
     shared_mem: Any,
+    leading: tuple[str, ...] = (),
 ) -> Callable[..., Any]:
     """The CUDA implementation: a function generated for this operator (its arguments by name, the
-    constants and outputs in place, the configuration inlined where fixed), which launches. Like
-    every torch op it runs on its first tensor's device: when that is not the current one it
+    constants and outputs in place, the configuration inlined where fixed), which launches. Each of
+    ``grid``, ``block`` and ``shared_mem`` is a value, a function of the kernel's inputs, or
+    :class:`Source` over the operator's ``leading`` parameters (which come before the kernel's).
+    Like every torch op it runs on its first tensor's device: when that is not the current one it
     switches for the call (a comparison per call; the switch only then).
     """
     params = [f"a{k}" for k in range(len(inputs))]
     call = ", ".join(params)
-    env: dict[str, Any] = {"launch": kernel.launch, "checks": _checks, "ops": sys.modules[__name__]}
+    signature = ", ".join([*leading, *params])
+    env: dict[str, Any] = {"launch": launch, "checks": _checks, "ops": sys.modules[__name__]}
     by_position = {i.position: f"a{k}" for k, i in enumerate(inputs)}
     lines = []
     for k, o in enumerate(outputs):
@@ -342,15 +355,21 @@ def _implementation(
         by_position[position] = f"c{position}"
     count = 1 + max(by_position, default=-1)  # every position is an input, an output or a constant
     args = ", ".join(by_position[p] for p in range(count))
-    config = []
-    for name, value in (("grid", grid), ("block", block)):
+
+    def expression(name: str, value: Any) -> str:
+        if isinstance(value, Source):
+            return str(value)
         env[name] = value
-        config.append(f"{name}({call})" if callable(value) else name)
-    extra = ""
-    if shared_mem is not None:  # a keyword takes launch's general path: only when asked
-        env["shared_mem"] = shared_mem
-        extra = f", shared_mem=shared_mem({call})" if callable(shared_mem) else ", shared_mem=shared_mem"
-    lines.append(f"launch({config[0]}, {config[1]}{', ' + args if args else ''}{extra})")
+        return f"{name}({call})" if callable(value) else name
+
+    config = f"{expression('grid', grid)}, {expression('block', block)}{', ' + args if args else ''}"
+    if isinstance(shared_mem, Source):  # a keyword takes launch's general path: only where not 0
+        lines.append(f"if {shared_mem}:\n        launch({config}, shared_mem={shared_mem})\n"
+                     f"    else:\n        launch({config})")  # fmt: skip
+    elif shared_mem is not None:
+        lines.append(f"launch({config}, shared_mem={expression('shared_mem', shared_mem)})")
+    else:
+        lines.append(f"launch({config})")
     results = [f"o{k}" for k in range(len(outputs))]
     lines.append("return " + (results[0] if len(results) == 1 else f"({', '.join(results)})" if results else "None"))
     body = "\n    ".join(lines)
@@ -358,9 +377,9 @@ def _implementation(
     guard = ""
     if first is not None:
         guard = (f"device = {first}.get_device()\n    if device != checks.current_device():\n"
-                 f"        with ops._switch_device(device):\n            return body({call})\n    ")  # fmt: skip
-    source = f"def body({call}):\n    {body}\ndef impl({call}):\n    {guard}return body({call})\n"
-    exec(compile(source, f"<launchpad torch_op {kernel.display_name}>", "exec"), env)
+                 f"        with ops._switch_device(device):\n            return body({signature})\n    ")  # fmt: skip
+    source = f"def body({signature}):\n    {body}\ndef impl({signature}):\n    {guard}return body({signature})\n"
+    exec(compile(source, f"<launchpad operator {display_name}>", "exec"), env)
     return env["impl"]
 
 

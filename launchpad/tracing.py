@@ -8,13 +8,17 @@ Traced)``, and this module has Dynamo trace :func:`traced_launch` in its place
 ``torch.ops.launchpad.k<N>_<name>``, which it registers on first use, once per kernel (and per
 declared ``Kernel.writes``):
 
-- the schema: the grid and block as ``SymInt[]``, the dynamic shared memory, then the kernel's
+- the schema: the grid's three dimensions, the block's (where the kernel has none of its own), the
+  dynamic shared memory, each a ``SymInt`` (lists cost the dispatcher more), then the kernel's
   arguments as :func:`launchpad.torch_op` types them (a pointer, Numba or cuTile array a ``Tensor?``,
   an int a ``SymInt``, so sizes from shapes stay symbolic, a float ``float``, a bool ``bool``); the
   values it was specialized on (Triton constexprs) left out, as its hidden scratch;
-- what it writes: the arguments named by ``Kernel.writes`` where set; else every tensor argument but
-  a C++ kernel's pointers to ``const``. Declared written, a tensor the kernel only reads costs the
-  compiler an optimization, never a result;
+- what it writes: the arguments named by ``Kernel.writes`` where set; else, for a Triton kernel, the
+  arguments its TTIR stores through (:mod:`launchpad.frontends.triton.writes`, where it can tell),
+  for a C++ kernel every tensor argument but its pointers to ``const``, for any other every tensor
+  argument. Declared written, a tensor the kernel only reads costs the compiler an optimization
+  (and ``mode="reduce-overhead"`` its CUDA graph, where it is an input of the compiled function),
+  never a result;
 - the CUDA implementation launches on torch's current stream (so ``mode="reduce-overhead"``'s CUDA
   graphs capture it); the fake one launches nothing.
 
@@ -33,57 +37,89 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from .errors import ArgumentError, LaunchpadError, LaunchpadWarning
-from .launch import checks as _checks
-from .launch.traced import TRACED, Traced, launch_first
-from .torch_ops import _alias_set, _describe, _Input
+from .launch.traced import TRACED, BoundLaunch, Traced, launch_first
+from .torch_ops import Source, _alias_set, _describe, _implementation, _Input
 
 __all__ = ["traced_launch"]
 
 _NAMESPACE = "launchpad"
 _LOCK = threading.Lock()
-# Traced key -> (operator name, ((position, label), ...) of the arguments it takes, ((position, value),
-# ...) of the constants): what the stand-in needs, as constants. The library defines every operator
-# for the life of the process (torch drops an operator with its Library object).
-_OPERATORS: dict[str, tuple[str, tuple[tuple[int, str], ...], tuple[tuple[int, Any], ...]]] = {}
+
+
+class Operator(NamedTuple):
+    """What the stand-in needs of a kernel's operator, as constants (Dynamo guards on every
+    attribute a traced function reads; :func:`_operator`'s result costs one guard, on the key)."""
+
+    name: str  # in torch.ops.launchpad
+    inputs: tuple[tuple[int, str], ...]  # (position, label) of each kernel argument it takes
+    consts: tuple[tuple[int, Any], ...]  # (position, value) of the values the kernel was specialized on
+    block: tuple[int, int, int] | None  # the kernel's own block, or None: each launch gives one
+    where: str  # how errors name it
+
+
+# Traced key -> its Operator. The library defines every operator for the life of the process
+# (torch drops an operator with its Library object).
+_OPERATORS: dict[str, Operator] = {}
 _LIBRARY: list[torch.library.Library] = []
 
 
-def traced_launch(pair: tuple, grid: Any, block: Any, *args: Any, shared_mem: Any = 0, stream: Any = None,
-                  cluster: Any = None, cooperative: bool = False, pdl: bool = False, **named: Any) -> None:  # fmt: skip
-    """What Dynamo traces in place of ``Kernel.launch`` (``launch_first(pair, ...)``): a call of the
-    kernel's operator with the launch's tensors and scalars."""
-    traced: Traced = pair[1]
-    name, inputs, consts = _operator(traced.key)
-    where = f"kernel {traced.spec.display_name!r} under torch.compile"
-    if stream is not None or cluster is not None or cooperative or pdl:
-        raise ArgumentError(f"{where}: stream=, cluster=, cooperative= and pdl= are not traced; launch it on "
+def traced_launch(pair: tuple, /, *args: Any, **named: Any) -> None:
+    """What Dynamo traces in place of ``launch_first(pair, ...)``: ``Kernel.launch`` (``pair[1]`` the
+    kernel's Traced) or a bound launch (a :class:`BoundLaunch`), as a call of the kernel's operator."""
+    what = pair[1]
+    if isinstance(what, BoundLaunch):
+        values = list(what.args)
+        if len(args) > len(values):
+            raise ArgumentError(f"kernel {what.traced.spec.display_name!r}: the bound launch takes at most "
+                                f"{len(values)} arguments, got {len(args)}")  # fmt: skip
+        values[: len(args)] = args
+        return _launch(what.traced, what.grid, what.block, tuple(values), {**what.options, **named})
+    if len(args) < 2:
+        raise ArgumentError(f"kernel {what.spec.display_name!r}: launch(grid, block, *args) takes the grid and block")
+    return _launch(what, args[0], args[1], args[2:], named)
+
+
+def _launch(traced: Traced, grid: Any, block: Any, args: tuple, named: dict) -> None:
+    """The operator's call for one launch (see :func:`traced_launch`)."""
+    op = _operator(traced.key)
+    shared_mem = named.pop("shared_mem", 0)
+    if any(named.pop(k, None) for k in ("stream", "cluster", "cooperative", "pdl")):
+        raise ArgumentError(f"{op.where}: stream=, cluster=, cooperative= and pdl= are not traced; launch it on "
                             "torch's current stream without them, or outside the compiled function")  # fmt: skip
-    for position, value in consts:
+    for position, value in op.consts:
         if position < len(args) and args[position] is not value and args[position] != value:
-            raise ArgumentError(f"{where}: argument {position} must be {value!r}, the value it was compiled for")
+            raise ArgumentError(f"{op.where}: argument {position} must be {value!r}, the value it was compiled for")
     values = []
-    for position, label in inputs:
+    for position, label in op.inputs:
         if position < len(args):
             values.append(args[position])
         elif label in named:
             values.append(named[label])
         else:
-            raise ArgumentError(f"{where}: argument {position} ({label!r}) is missing")
-    op = getattr(getattr(torch.ops, _NAMESPACE), name).default
-    op(_dims(grid), None if block is None else _dims(block), shared_mem, *values)
+            raise ArgumentError(f"{op.where}: argument {position} ({label!r}) is missing")
+    config = _dims(grid, "grid", op.where)
+    if op.block is None:
+        if block is None:
+            raise ArgumentError(f"{op.where}: a block is needed (kernel[grid, block] or launch(grid, block, ...))")
+        config += _dims(block, "block", op.where)
+    elif block is not None and tuple(_dims(block, "block", op.where)) != op.block:
+        raise ArgumentError(f"{op.where}: block {block} is not the kernel's own {op.block}; pass None")
+    getattr(getattr(torch.ops, _NAMESPACE), op.name).default(*config, shared_mem, *values)
 
 
-def _dims(value: Any) -> list:
+def _dims(value: Any, what: str, where: str) -> list:
     dims = list(value) if isinstance(value, (tuple, list)) else [value]
+    if not 1 <= len(dims) <= 3:
+        raise ArgumentError(f"{where}: {what} {value!r} must have 1 to 3 dimensions")
     return dims + [1] * (3 - len(dims))
 
 
-def _operator(key: str) -> tuple[str, tuple[tuple[int, str], ...], tuple[tuple[int, Any], ...]]:
+def _operator(key: str) -> Operator:
     """The operator of the kernel whose Traced has ``key``, registered on first use. Dynamo runs
     this for real while tracing and takes its result as a constant (``assume_constant_result``)."""
     with _LOCK:
@@ -93,12 +129,13 @@ def _operator(key: str) -> tuple[str, tuple[tuple[int, str], ...], tuple[tuple[i
         return found
 
 
-def _register(traced: Traced) -> tuple[str, tuple[tuple[int, str], ...], tuple[tuple[int, Any], ...]]:
+def _register(traced: Traced) -> Operator:
     spec = traced.spec
     where = f"kernel {spec.display_name!r} under torch.compile"
     inputs, consts = _describe("", spec, None, where=where)
     written = _written(spec, inputs, traced.writes)
-    parts, k = ["SymInt[] grid", "SymInt[]? block", "SymInt shared_mem"], 0
+    leading = ("grid_x", "grid_y", "grid_z") + (("block_x", "block_y", "block_z") if spec.plan.block is None else ())
+    parts, k = [f"SymInt {p}" for p in (*leading, "shared_mem")], 0
     for i in inputs:
         if i.type != "Tensor":
             parts.append(f"{i.type} {i.name}")
@@ -112,9 +149,14 @@ def _register(traced: Traced) -> tuple[str, tuple[tuple[int, str], ...], tuple[t
         _LIBRARY.append(torch.library.Library(_NAMESPACE, "FRAGMENT"))
     library = _LIBRARY[0]
     library.define(f"{name}({', '.join(parts)}) -> ()")
-    library.impl(name, _implementation(traced, inputs, consts), "CUDA")
+    block = Source("(block_x, block_y, block_z)") if spec.plan.block is None else None
+    implementation = _implementation(traced.launch, spec.display_name, inputs, [], {}, consts,
+                                     Source("(grid_x, grid_y, grid_z)"), block, Source("shared_mem"),
+                                     (*leading, "shared_mem"))  # fmt: skip
+    library.impl(name, implementation, "CUDA")
     torch.library.register_fake(f"{_NAMESPACE}::{name}", _fake, lib=library)
-    return name, tuple((i.position, i.name) for i in inputs), tuple(sorted(consts.items()))
+    return Operator(name, tuple((i.position, i.name) for i in inputs), tuple(sorted(consts.items())),
+                    spec.plan.block, where)  # fmt: skip
 
 
 def _written(spec: Any, inputs: list[_Input], declared: tuple[str, ...] | None) -> set[str]:
@@ -123,6 +165,10 @@ def _written(spec: Any, inputs: list[_Input], declared: tuple[str, ...] | None) 
     tensors = [i for i in inputs if i.type == "Tensor"]
     if declared is not None:
         return {i.name for i in tensors if by_position[i.position].name in declared}
+    written = spec.metadata.get("written")  # a Triton kernel's, from its TTIR (frontends/triton/writes.py)
+    if written is not None:
+        paths = {spec.args[k].path[:1] for k in written}
+        return {i.name for i in tensors if (i.position,) in paths}
     types = spec.metadata.get("parameter_types") if spec.metadata.get("frontend") == "cpp" else None
     if not types:
         return {i.name for i in tensors}
@@ -132,34 +178,6 @@ def _written(spec: Any, inputs: list[_Input], declared: tuple[str, ...] | None) 
 def _points_to_const(ctype: str) -> bool:
     """``const float*`` (the kernel cannot write through it), not ``float* const`` nor ``const float**``."""
     return ctype.endswith("*") and ctype.count("*") == 1 and ctype.startswith("const ")
-
-
-def _implementation(traced: Traced, inputs: list[_Input], consts: dict[int, Any]) -> Callable[..., None]:
-    """The CUDA implementation: the launch, on the first tensor's device (as every torch op)."""
-    launch = traced.launch
-    count = 1 + max([i.position for i in inputs] + list(consts), default=-1)
-    template = [consts.get(p) for p in range(count)]
-    positions = [i.position for i in inputs]
-    first = next((k for k, i in enumerate(inputs) if i.type == "Tensor"), None)
-
-    def body(grid: list, block: list | None, shared_mem: int, values: tuple) -> None:
-        args = list(template)
-        for position, value in zip(positions, values):
-            args[position] = value
-        g, b = tuple(grid), None if block is None else tuple(block)
-        if shared_mem:
-            launch(g, b, *args, shared_mem=shared_mem)
-        else:
-            launch(g, b, *args)
-
-    def impl(grid: list, block: list | None, shared_mem: int, *values: Any) -> None:
-        tensor = values[first] if first is not None else None
-        if tensor is not None and tensor.get_device() != _checks.current_device():
-            with torch.cuda.device(tensor.get_device()):
-                return body(grid, block, shared_mem, values)
-        return body(grid, block, shared_mem, values)
-
-    return impl
 
 
 def _fake(*args: Any) -> None:

@@ -114,13 +114,6 @@ def test_training_steps_replay_as_eager_steps(optimizer):
         assert same(a, b)
 
 
-@pytest.mark.xfail(
-    reason="not met yet (issue 28, point 3): torch passes uninitialized bytes in its kernels' arguments (the unused "
-    "tail of a TensorListMetadata or a ReduceOp), which hold what the host left there; in some recordings such "
-    "bytes differ between the base and an input's probe (the upper half of a host address, say) and in no control, "
-    "so that recording copies the input where another re-points it. Controls after each probe's host work cut "
-    "how often (20 recordings: 3 plans, 15 of them the same); every plan replays exactly"
-)
 def test_recording_a_training_step_gives_the_same_plan_every_time():
     torch.manual_seed(2)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).cuda()

@@ -65,13 +65,13 @@ def test_every_launch_form_is_one_operator_call_with_symbolic_sizes(cpp):
     gm, forward = compiled_graphs(f, x, y)
     calls = launchpad_calls(gm)
     assert len(calls) == 3 and len({c.target for c in calls}) == 1
-    grid, block, shared_mem, *values = calls[0].args
-    assert isinstance(grid[0], torch.fx.Node) and grid[1:] == [1, 1] and block == [256, 1, 1] and shared_mem == 0
+    grid, block, shared_mem, values = calls[0].args[:3], calls[0].args[3:6], calls[0].args[6], calls[0].args[7:]
+    assert isinstance(grid[0], torch.fx.Node) and grid[1:] == (1, 1) and block == (256, 1, 1) and shared_mem == 0
     assert isinstance(values[3], torch.fx.Node)  # n stays a SymInt (dynamic), not 1000
     assert values[2] == 2.0
     schema = str(calls[0].target._schema)
-    assert schema.endswith("(SymInt[] grid, SymInt[]? block, SymInt shared_mem, Tensor(a!)? y, Tensor? x, float a, "
-                           "SymInt n) -> ()")  # fmt: skip
+    assert schema.endswith("(SymInt grid_x, SymInt grid_y, SymInt grid_z, SymInt block_x, SymInt block_y, SymInt "
+                           "block_z, SymInt shared_mem, Tensor(a!)? y, Tensor? x, float a, SymInt n) -> ()")  # fmt: skip
     # after functionalization only y (not const) is written: x is read where it is
     from torch._higher_order_ops.auto_functionalize import auto_functionalized, auto_functionalized_v2
 
@@ -121,9 +121,9 @@ def test_a_triton_cubin_kernel_leaves_its_constexprs_out():
         return out
 
     (call,) = launchpad_calls(compiled_graphs(f, torch.empty(300, device="meta"), torch.empty(300, device="meta"))[0])
-    assert str(call.target._schema).endswith("(SymInt[] grid, SymInt[]? block, SymInt shared_mem, Tensor(a!)? x, "
-                                             "Tensor(b!)? out, SymInt n) -> ()")  # fmt: skip
-    assert call.args[1] is None  # Triton's block is the kernel's own
+    # Triton's block is the kernel's own (no block parameters); its TTIR stores through out only
+    assert str(call.target._schema).endswith("(SymInt grid_x, SymInt grid_y, SymInt grid_z, SymInt shared_mem, "
+                                             "Tensor? x, Tensor(a!)? out, SymInt n) -> ()")  # fmt: skip
 
 
 def test_errors_under_compile_name_the_kernel_and_the_argument(cpp):

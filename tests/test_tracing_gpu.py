@@ -107,6 +107,80 @@ def test_triton_launcher_is_traced_as_tritons_own_launch():
         assert torch.equal(compiled(x, y), (x + y) * 2)
 
 
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead"])
+def test_a_bound_launch_is_traced_with_its_bound_arguments(cpp, mode):
+    """``k.bind(...)`` made outside, called inside: traced as the kernel's operator with the bound
+    tensors, the leading ones replaced where the call passes them; on torch's current stream."""
+    n = 4096
+    y0, x0 = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    bound = cpp["axpy"].bind((n + 255) // 256, 256, y0, x0, 0.5, n)
+
+    def f(y):
+        bound()  # y0 += 0.5 * x0
+        bound(y)  # y += 0.5 * x0
+        return y * 2
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, mode=None if mode == "default" else mode)
+    for _ in range(3):
+        torch.compiler.cudagraph_mark_step_begin()
+        y, before = torch.randn(n, device="cuda"), y0.clone()
+        expected_y = y + 0.5 * x0
+        got = compiled(y)
+        torch.cuda.synchronize()
+        assert torch.equal(got, expected_y * 2) and torch.equal(y, expected_y)
+        assert torch.equal(y0, before + 0.5 * x0)
+
+
+def test_a_triton_cubin_kernel_reads_what_its_ttir_reads_so_reduce_overhead_keeps_its_graph():
+    """A Triton ``Kernel`` (not ``triton_launcher``) traced as its own operator: its TTIR says it writes
+    ``out`` only, so the inputs ``x`` and ``bias`` are not declared written and ``reduce-overhead``
+    captures the function in a CUDA graph (torch skips the graph of a function whose inputs are written)."""
+    pytest.importorskip("triton")
+    from torch._dynamo.utils import counters
+    from triton_kernels import axpy_bias_kernel
+
+    x, y, bias = (torch.randn(4096, device="cuda") for _ in range(3))
+    k = lp.triton_launcher(axpy_bias_kernel).warmup(x, y, bias, torch.empty_like(x), 4096, 0.5, BLOCK=256)
+    assert [k.spec.args[i].name for i in k.spec.metadata["written"]] == ["out_ptr"]
+
+    def f(x, y, bias):
+        out = torch.empty_like(x)
+        k[(x.numel() + 255) // 256](x, y, bias, out, x.numel(), 0.5, 256)
+        return out * 2
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(f, fullgraph=True, mode="reduce-overhead")
+    for _ in range(4):
+        torch.compiler.cudagraph_mark_step_begin()
+        x, y, bias = (torch.randn(4096, device="cuda") for _ in range(3))
+        assert torch.equal(compiled(x, y, bias), f(x, y, bias))
+    assert not counters["inductor"]["cudagraph_skips"], dict(counters["inductor"])
+
+
+def test_a_gluon_kernel_compiled():
+    pytest.importorskip("triton.experimental.gluon")
+    import gluon_kernels as G
+
+    n = 10_000
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    k = lp.from_triton(G.blocked_add[(-(-n // 1024),)](x, y, torch.empty_like(x), n, 1024, 8, num_warps=4))
+
+    def f(x, y):
+        out = torch.empty_like(x)
+        k[(x.numel() + 1023) // 1024](x, y, out, x.numel(), 1024, 8)
+        return out - 1
+
+    torch._dynamo.reset()
+    for mode in ("default", "reduce-overhead"):
+        compiled = torch.compile(f, fullgraph=True, mode=None if mode == "default" else mode)
+        for _ in range(3):
+            torch.compiler.cudagraph_mark_step_begin()
+            x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+            assert torch.equal(compiled(x, y), x + y - 1), mode
+
+
 def test_a_training_step_with_a_kernel_where_no_gradient_flows(cpp):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).cuda()

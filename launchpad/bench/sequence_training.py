@@ -196,7 +196,11 @@ def torch_graph(work: Workload) -> Timed:
     with torch.cuda.graph(graph):
         loss_s = t.step(x_s, y_s)
 
-    def replay(x: Any, y: Any) -> Any:
+    def replay(x: Any, y: Any, trainer: Trainer = t) -> Any:
+        # (``trainer`` held: the graph reads and writes its weights and optimizer state where they are.
+        # Dropped with this function's frame, their memory went back to torch while the graph still
+        # used it, and the next variant's set-up took it or unmapped it: an illegal address, or
+        # another variant's tensors overwritten.)
         x_s.copy_(x)
         y_s.copy_(y)
         graph.replay()
@@ -323,10 +327,8 @@ def _one_model(name: str, make: Callable[[str], Any], listed: Callable[[Any], li
     sync, work = torch.cuda.synchronize, make(name)
     entries = listed(work)
     results: dict[str, Any] = {}
-    # Phases, each set up after the last one's graphs went: torch's hand-captured CUDAGraph replayed
-    # after torch.compile's graph trees were set up reads an illegal address (torch 2.11, H100), and so
-    # does eager's backward where torch's graph and a recorded sequence were set up before it (each
-    # pair alone runs: .diag-style repro in the notes of issue 28). The ratios stay within one run.
+    # Phases, each set up after the last one's graphs and compiled code went, so that no variant's
+    # memory pool or graph trees weigh on another's timing; the ratios stay within one run.
     for phase in (
         [e for e in entries if _variant(e) in (GRAPH, "record")],
         [e for e in entries if _variant(e) not in (GRAPH, "record") and not _compiled(e)],

@@ -14,7 +14,7 @@ import torch
 from ..core.spec import KernelSpec
 from .executor import _claunch
 
-__all__ = ["TRACED", "Traced", "dynamo_compiling", "launch_first", "new_key"]
+__all__ = ["TRACED", "BoundLaunch", "Traced", "dynamo_compiling", "launch_first", "new_key"]
 
 
 def _launch_first(pair: tuple, /, *args: Any, **named: Any) -> Any:
@@ -42,6 +42,18 @@ class Traced:
     spec: KernelSpec
     launch: Callable[..., None]
     writes: tuple[str, ...] | None = None  # the tensors declared written; None: derived
+
+
+@dataclass(eq=False)
+class BoundLaunch:
+    """What torch.compile needs of a bound launch (``Kernel.bind``), which is :func:`launch_first`
+    bound to ``(the executor's bound launch, this)``: the kernel's Traced and the launch it fixed."""
+
+    traced: Traced
+    grid: Any
+    block: Any
+    args: tuple
+    options: dict
 
 
 #: Each kernel's Traced by key, while the kernel lives: how the operator's registration, which

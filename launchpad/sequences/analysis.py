@@ -19,10 +19,17 @@ torch's ``Array<char*, N>`` of pointers or a reduction's config) 8 bytes at a ti
   an offset inside it (its end included); a scalar's encoding at a place inside the region that
   holds every such byte (a launchpad kernel's type; for another kernel a width and format that fits
   both captures, such as the float after the padding of torch's ``x * lr`` functor). Before such a
-  byte costs a copy or a refusal, the probe is captured once more: a byte that differs between the
-  two captures of the same values is masked too. What stays unexplained is never dropped: a tensor
-  is then copied into a buffer of the sequence's own before each replay (all the tensors the bytes
-  changed with), a scalar refused.
+  byte costs a copy or a refusal, the probe is captured once more (through new host objects): a
+  byte that differs between the two captures of the same values is masked too. For a tensor, one
+  more capture puts it at a third address: bytes that hold there what they held in the base or in
+  the probe are no injective function of the address, and a kernel sees an address through its
+  pointer (explained above) or an injective encoding of it (a TMA descriptor's), and otherwise only
+  through its alignment, which every probe keeps (as every replay must: see ``Use.align``). Such
+  bytes are the host's leftovers along the probe's path (the unused tail of torch's
+  ``TensorListMetadata`` holds a host stack address in the probe and zeros in the base, in some
+  recordings) and are masked. What stays unexplained is never dropped: a tensor is then copied
+  into a buffer of the sequence's own before each replay (all the tensors the bytes changed with),
+  a scalar refused.
 
 A Triton kernel specializes on an int's divisibility by 16: an int input that is a multiple of 16
 is captured once more with a value that is not (:func:`launchpad.sequences.capture.residue_probe`),
@@ -113,11 +120,12 @@ class Plan:
 
 def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
             probed: dict[str, Any], is_device_pointer: Callable[[int], bool],
-            again: Callable[[str], Capture] | None = None, fars: dict[str, tuple[Any, Capture]] | None = None,
+            again: Callable[..., Capture] | None = None, fars: dict[str, tuple[Any, Capture]] | None = None,
             lates: list[Capture] | None = None) -> Plan:  # fmt: skip
     """The inputs' part of a sequence's plan (see the module documentation); raises
     :class:`RecordError` for what cannot be replayed. ``again(name)`` captures input ``name``'s
-    probe once more (to mask bytes that vary alone before a byte costs a copy or a refusal); ``fars``
+    probe once more, ``again(name, elsewhere=True)`` a tensor input at a third address (to mask
+    bytes that do not follow the input before a byte costs a copy or a refusal); ``fars``
     holds each scalar's far probe (its value and capture), a third value its encoding must fit;
     ``lates`` are more controls, captured after the probes (one after the host work of each input's
     probe): uninitialized bytes follow what the host did before a capture, so captures of the same
@@ -218,7 +226,7 @@ def _differ(a: bytes, b: bytes | None) -> int:
 
 def _attribute(inputs: dict[str, InputPlan], moved: dict[str, int], i: int, node: Node, offset: int, size: int,
                param: Param | None, here: bytes, noise: int, values: dict[str, Any], probed: dict[str, Any],
-               probes: dict[str, Capture], again: Callable[[str], Capture] | None,
+               probes: dict[str, Capture], again: Callable[..., Capture] | None,
                fars: dict[str, tuple[Any, Capture]]) -> None:  # fmt: skip
     """Explain every byte of a region that changed with inputs (``moved``: name -> mask), or copy
     the tensors and refuse the scalars it changed with."""
@@ -233,6 +241,12 @@ def _attribute(inputs: dict[str, InputPlan], moved: dict[str, int], i: int, node
         if use is None and again is not None:  # bytes that vary alone between two captures of the same values
             mask &= ~_differ(there or b"", region_bytes(again(name).nodes[i], offset, size))
             if not mask:
+                continue
+        if use is None and again is not None and isinstance(values[name], torch.Tensor) and there is not None:
+            # A third address that gives the bytes back (the base's or the probe's) shows they are no
+            # injective function of the address: the host's leftovers along the probe's path.
+            third = region_bytes(again(name, elsewhere=True).nodes[i], offset, size)
+            if third is not None and not (_differ(third, here) & mask and _differ(third, there) & mask):
                 continue
             use = _explain(
                 i,

@@ -35,6 +35,7 @@ __all__ = [
     "probe",
     "recover",
     "residue_probe",
+    "rewrapped",
     "snapshot",
 ]
 
@@ -237,3 +238,21 @@ def residue_probe(value: Any) -> Any:
         if candidate != 1 and (candidate < 0) == (value < 0) and _int_width(candidate) == _int_width(value):
             return candidate
     return None
+
+
+def rewrapped(value: Any) -> Any:
+    """The same value through new host objects: for a tensor, one over the same memory with a new
+    ``TensorImpl`` and ``StorageImpl`` (through DLPack); anything else as it is. torch's kernels take
+    structs by value whose unused bytes hold what the host's stack held, host addresses of the
+    tensors' objects among them: a capture of the same memory through other objects tells such
+    bytes apart from the ones that follow the memory."""
+    if type(value) is not torch.Tensor or value.requires_grad:  # (autograd's graph would differ: kept)
+        return value
+    try:  # the whole storage as bytes, through DLPack: a new StorageImpl of the same memory and size
+        whole = torch.empty(0, dtype=torch.uint8, device=value.device).set_(value.untyped_storage())
+        storage = torch.from_dlpack(whole).untyped_storage()
+    except (BufferError, RuntimeError, TypeError):  # (nothing DLPack cannot take is expected: kept)
+        return value
+    # (the same offset, sizes and strides: a view the function takes behaves as it did)
+    return torch.empty(0, dtype=value.dtype, device=value.device).set_(storage, value.storage_offset(), value.shape,
+                                                                      value.stride())  # fmt: skip

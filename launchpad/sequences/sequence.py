@@ -50,7 +50,7 @@ from . import creplay as _creplay
 from . import pyreplay as _pyreplay
 from . import updates as _updates
 from .analysis import Plan, Use, analyze
-from .capture import Capture, failure, far_probe, probe, residue_probe
+from .capture import Capture, failure, far_probe, probe, residue_probe, rewrapped
 from .kept import keep
 from .outputs import classify
 from .structure import same_structure
@@ -122,22 +122,25 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
             multiples[name] = 16
     # More controls after the probes: uninitialized bytes hold the host's leftovers, which differ by now,
     # and differ after the host work a probe does before its capture: one control after that same work
-    # (a decoy probe of each input in turn), so fewer bytes that follow the probing rather than the input
-    # cost a copy (recordings of one step still differ in some: issue 28, point 3).
-    lates = [take(fn, values)]
+    # (a decoy probe of each input in turn); one more through new host objects (see rewrapped).
+    lates = [take(fn, values), take(fn, {name: rewrapped(v) for name, v in values.items()})]
     for value in values.values():
         decoy = probe(value)  # held across the capture, as a probe is
         lates.append(take(fn, values))
         del decoy
     for late in lates:
         late.graph = None
-    seconds: dict[str, Any] = {}
+    seconds: dict[tuple[str, bool], Any] = {}
+    recorded = base.nodes
 
-    def capture_again(name: str) -> Any:  # a probe's second capture, where analyze must confirm a byte
-        if name not in seconds:
-            seconds[name] = take(fn, {**values, name: probed[name]})
-            seconds[name].graph = None
-        return seconds[name]
+    def capture_again(name: str, elsewhere: bool = False) -> Any:  # where analyze must confirm a byte
+        if (name, elsewhere) not in seconds:  # (through new host objects: see rewrapped)
+            value = probe(values[name]) if elsewhere else probed[name]  # (a third address: the probe is held)
+            again = take(fn, {n: rewrapped(v) for n, v in {**values, name: value}.items()})
+            again.graph = None
+            same_structure(name, recorded, again.nodes)
+            seconds[name, elsewhere] = again
+        return seconds[name, elsewhere]
 
     plan = analyze(base, control, probes, values, probed, lambda a: _driver.pointer_device(a) is not None,
                    capture_again, fars, lates)  # fmt: skip

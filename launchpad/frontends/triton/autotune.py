@@ -25,9 +25,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
 from ...errors import CompileError, OutOfResources
+from ...launch.traced import dynamo_compiling
 
 __all__ = ["AutotunedLauncher", "HeuristicsLauncher", "wrap"]
 
@@ -55,7 +54,7 @@ class _Wrapper:
         self._children: dict[tuple, Any] = {}
 
     def __getitem__(self, grid: Any) -> Callable[..., None]:
-        if torch.compiler.is_dynamo_compiling():  # under torch.compile: Triton's own, traced as a user kernel
+        if dynamo_compiling():  # under torch.compile: Triton's own, traced as a user kernel
             options = getattr(self.inner, "options", None)
             return functools.partial(self.wrapped[grid], **options) if options else self.wrapped[grid]
         return functools.partial(self.run, grid)

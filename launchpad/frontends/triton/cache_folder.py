@@ -16,7 +16,7 @@ from typing import Any
 
 from ...errors import ArgumentError, LaunchpadError
 from ...kernel import Kernel
-from .spec import TENSORDESC, Leaf, build_spec
+from .spec import TENSORDESC, Leaf, build_spec, with_writes
 from .versions import Convention, convention
 
 __all__ = ["load_triton", "ttir_leaves", "ttir_type"]
@@ -316,4 +316,4 @@ def load_triton(path: str | Path, *, constexprs: dict[str, Any] | None = None) -
     elif constexprs:
         raise ArgumentError(f"kernel {md['name']!r}: constexprs= needs the kernel's source, which its TTIR does not "
                             "lead to (the file moved, or no TTIR is cached)")  # fmt: skip
-    return Kernel(build_spec(image, md, leaves, md["name"]))
+    return Kernel(with_writes(build_spec(image, md, leaves, md["name"]), ttir))

@@ -22,7 +22,7 @@ from ...core.spec import KernelSpec
 from ...errors import ArgumentError, CompileError, LaunchpadError, NoDeviceError
 from ...kernel import Kernel
 from .cache_folder import ttir_leaves
-from .spec import Leaf, build_spec, divisible16, jsonable
+from .spec import Leaf, build_spec, divisible16, jsonable, with_writes
 from .versions import check_installed, convention
 
 __all__ = ["from_triton", "source_class", "with_source"]
@@ -80,7 +80,7 @@ def _from_compiled(compiled: Any) -> KernelSpec:
         ttir = compiled.asm.get("source") or compiled.asm.get("ttir")
         leaves = ttir_leaves(ttir, md["name"], convention(md)) if ttir else None
         display = md["name"]
-    spec = build_spec(image, md, leaves, display)
+    spec = with_writes(build_spec(image, md, leaves, display), compiled.asm.get("ttir") or compiled.asm.get("source"))
     if src is not None and hasattr(src, "signature"):
         signature = jsonable({str(k): v for k, v in src.signature.items()})
         spec = spec.replace(metadata={**spec.metadata, "signature": signature})

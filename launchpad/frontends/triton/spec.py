@@ -25,8 +25,9 @@ from ...core.params import POINTER_DTYPES, Param, apply_signature
 from ...core.spec import Arg, KernelSpec, LaunchPlan
 from ...errors import BinaryError, LaunchpadError
 from .versions import Convention, convention
+from .writes import written_arguments
 
-__all__ = ["TENSORDESC", "Leaf", "build_spec", "jsonable", "launch_plan", "spec_metadata", "type_word"]
+__all__ = ["TENSORDESC", "Leaf", "build_spec", "jsonable", "launch_plan", "spec_metadata", "type_word", "with_writes"]
 
 
 @dataclass(frozen=True)
@@ -254,3 +255,15 @@ def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, disp
 def spec_metadata(md: dict) -> dict:
     """Triton's metadata as JSON (the same keys as the cache's ``NAME.json``)."""
     return json.loads(json.dumps(jsonable(dict(md))))
+
+
+def with_writes(spec: KernelSpec, ttir: str | None) -> KernelSpec:
+    """``spec`` with ``metadata["written"]``: the indices (into ``spec.args``) of the arguments its
+    kernel may write through, as its TTIR says (:mod:`launchpad.frontends.triton.writes`); the
+    spec as it is where the TTIR cannot say or its arguments do not pair one to one with the
+    spec's runtime arguments (a tensor descriptor passed as its parts)."""
+    found = written_arguments(ttir, spec.name) if ttir else None
+    runtime = [k for k, a in enumerate(spec.args) if a.kind in ("param", "expand")]
+    if found is None or len(found) != len(runtime):
+        return spec
+    return spec.replace(metadata={**spec.metadata, "written": [k for k, w in zip(runtime, found) if w]})
