@@ -78,9 +78,7 @@ class Kernel:
         self._trace(None)
         self._configs: dict[Any, Callable[..., None]] = {}
         self._configs_lock = threading.Lock()
-        # (kernel[config] under torch.compile reads this plain attribute: every attribute Dynamo reads
-        # is a guard checked on each call of the compiled function, a property's a Python call)
-        self._fixed_block = spec.plan.block
+        self._fixed_block = spec.plan.block  # (see _config)
 
     name = property(lambda self: self.spec.name, doc="The entry symbol in the binary.")
     display_name = property(lambda self: self.spec.display_name, doc="How messages name the kernel.")
@@ -200,8 +198,19 @@ class Kernel:
 
     def _traced_config(self, config: Any) -> Callable[..., None]:
         """``kernel[config]`` as a partial of :meth:`launch`, which Dynamo traces (:mod:`launchpad.tracing`)."""
+        grid, block, options = self._config(config)
+        return functools.partial(self.launch, grid, block, **options)
+
+    def _configure(self, config: Any) -> Callable[..., None]:
+        grid, block, options = self._config(config)
+        return self._executor.configure(grid, block, options)
+
+    def _config(self, config: Any) -> tuple[Any, Any, dict[str, Any]]:
+        """``kernel[config]``'s grid, block and options (see :meth:`__getitem__`). Reads the plain
+        attribute ``_fixed_block``: under torch.compile every attribute read is a guard checked on
+        each call of the compiled function, a property's a Python call."""
         if self._fixed_block is not None:
-            return functools.partial(self.launch, config, None)
+            return config, None, {}
         if not isinstance(config, (tuple, list)) or not 2 <= len(config) <= 4:
             raise ArgumentError(f"kernel {self.spec.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
         options: dict[str, Any] = {}
@@ -209,20 +218,7 @@ class Kernel:
             options["stream"] = config[2]
         if len(config) > 3:
             options["shared_mem"] = config[3]
-        return functools.partial(self.launch, config[0], config[1], **options)
-
-    def _configure(self, config: Any) -> Callable[..., None]:
-        if self.plan.block is not None:
-            return self._executor.configure(config, None, {})
-        if not isinstance(config, (tuple, list)) or not 2 <= len(config) <= 4:
-            raise ArgumentError(f"kernel {self.display_name!r}: use kernel[grid, block(, stream(, shared_mem))]")
-        grid, block, *rest = config
-        options: dict[str, Any] = {}
-        if rest and rest[0] is not None:
-            options["stream"] = rest[0]
-        if len(rest) > 1:
-            options["shared_mem"] = rest[1]
-        return self._executor.configure(grid, block, options)
+        return config[0], config[1], options
 
     def bind(self, grid: Any, block: Any, *args: Any, **options: Any) -> Callable[..., None]:
         """Validate and pack one launch now; return a function that repeats it.

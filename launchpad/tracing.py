@@ -13,10 +13,11 @@ declared ``Kernel.writes``):
   arguments as :func:`launchpad.torch_op` types them (a pointer, Numba or cuTile array a ``Tensor?``,
   an int a ``SymInt``, so sizes from shapes stay symbolic, a float ``float``, a bool ``bool``); the
   values it was specialized on (Triton constexprs) left out, as its hidden scratch;
-- what it writes: the arguments named by ``Kernel.writes`` where set; else, for a Triton kernel, the
-  arguments its TTIR stores through (:mod:`launchpad.frontends.triton.writes`, where it can tell),
-  for a C++ kernel every tensor argument but its pointers to ``const``, for any other every tensor
-  argument. Declared written, a tensor the kernel only reads costs the compiler an optimization
+- what it writes: the arguments named by ``Kernel.writes`` where set; else those its front end
+  derived (``metadata["written"]``: a Triton or Gluon kernel's from its TTIR or PTX, a Numba
+  kernel's from its PTX where it was compiled to PTX; :mod:`launchpad.frontends.triton.writes`,
+  :mod:`launchpad.core.ptx_writes`); else, for a C++ kernel, every tensor argument but its pointers
+  to ``const``, and for any other every tensor argument. Declared written, a tensor the kernel only reads costs the compiler an optimization
   (and ``mode="reduce-overhead"`` its CUDA graph, where it is an input of the compiled function),
   never a result;
 - the CUDA implementation launches on torch's current stream (so ``mode="reduce-overhead"``'s CUDA
@@ -165,7 +166,7 @@ def _written(spec: Any, inputs: list[_Input], declared: tuple[str, ...] | None) 
     tensors = [i for i in inputs if i.type == "Tensor"]
     if declared is not None:
         return {i.name for i in tensors if by_position[i.position].name in declared}
-    written = spec.metadata.get("written")  # a Triton kernel's, from its TTIR (frontends/triton/writes.py)
+    written = spec.metadata.get("written")  # derived by the front end (Triton: TTIR or PTX; Numba: PTX)
     if written is not None:
         paths = {spec.args[k].path[:1] for k in written}
         return {i.name for i in tensors if (i.position,) in paths}

@@ -72,10 +72,9 @@ def descriptor(a, out, M, N, BLOCK: tl.constexpr):
 
 
 @triton.jit
-def impure_asm(x, out, BLOCK: tl.constexpr):
+def inline_asm(x, out, PURE: tl.constexpr, BLOCK: tl.constexpr):
     i = tl.arange(0, BLOCK)
-    y = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [tl.load(x + i)], dtype=tl.float32, is_pure=False,
-                                  pack=1)  # fmt: skip
+    y = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r", [tl.load(x + i)], dtype=tl.float32, is_pure=PURE, pack=1)
     tl.store(out + i, y)
 
 
@@ -95,12 +94,16 @@ F32 = "*fp32"
     (loop, {"a": F32, "b": F32, "c": F32, "n": "i32"}, {"b", "c"}),
     (swap_in_while, {"a": F32, "b": F32, "n": "i32"}, {"a", "b", "n"}),
     (descriptor, {"a": F32, "out": F32, "M": "i32", "N": "i32"}, {"out", "M", "N"}),
-    (impure_asm, {"x": F32, "out": F32}, None),  # effects unknown: every tensor counts as written
+    (inline_asm, {"x": F32, "out": F32}, {"out"}),  # declared pure (PURE=True below)
+    (inline_asm, {"x": F32, "out": F32, "impure": None}, None),  # effects unknown: every tensor counts as written
     (from_int, {"x": F32, "address": "i64"}, None),
 ])  # fmt: skip
 def test_the_arguments_a_kernel_stores_through(fn, signature, expected):
-    block = 32 if fn is descriptor else 128
-    assert written(fn, signature, BLOCK=block) == expected
+    options = {"BLOCK": 32 if fn is descriptor else 128}
+    if fn is inline_asm:
+        options["PURE"] = "impure" not in signature
+        signature = {k: v for k, v in signature.items() if k != "impure"}
+    assert written(fn, signature, **options) == expected
 
 
 LOADED_POINTER = """module {

@@ -246,8 +246,8 @@ def rewrapped(value: Any) -> Any:
     structs by value whose unused bytes hold what the host's stack held, host addresses of the
     tensors' objects among them: a capture of the same memory through other objects tells such
     bytes apart from the ones that follow the memory."""
-    if type(value) is not torch.Tensor or value.requires_grad:  # (autograd's graph would differ: kept)
-        return value
+    if type(value) is not torch.Tensor or value.requires_grad or value.is_conj() or value.is_neg():
+        return value  # (autograd's graph, or the conjugate or negative view's kernels, would differ: kept)
     try:  # the whole storage as bytes, through DLPack: a new StorageImpl of the same memory and size
         whole = torch.empty(0, dtype=torch.uint8, device=value.device).set_(value.untyped_storage())
         storage = torch.from_dlpack(whole).untyped_storage()

@@ -20,6 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from ...core import toolchain
+from ...core.ptx_writes import written_args
 from ...core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks, spec_from_image
 from ...errors import CompileError, LaunchpadError
 from ...kernel import Kernel
@@ -165,11 +166,17 @@ def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any
             refuse_nrt(name, replace(compiled, uses_nrt=True))
         raise
     linked = spec_from_image(cubin, "cubin", compiled.entry, signature=words, display_name=name)
+    # What it writes, for torch.compile: from its PTX where Numba gave PTX (lto=False); its LTO-IR says
+    # nothing this can read, and compiling the PTX besides would cost most of a second compile.
+    found = written_args(args, len(linked.params), compiled.codes[0].decode(), compiled.entry) \
+        if compiled.output == "ptx" else None  # fmt: skip
+    written = {"written": found} if found is not None else {}
     return linked.replace(
         params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),
         args=tuple(args),
         plan=LaunchPlan(cooperative=compiled.cooperative),
         metadata={
+            **written,
             "frontend": "numba",
             "arch": arch,
             "signature": ", ".join(str(t) for t in argtypes),

@@ -316,4 +316,6 @@ def load_triton(path: str | Path, *, constexprs: dict[str, Any] | None = None) -
     elif constexprs:
         raise ArgumentError(f"kernel {md['name']!r}: constexprs= needs the kernel's source, which its TTIR does not "
                             "lead to (the file moved, or no TTIR is cached)")  # fmt: skip
-    return Kernel(with_writes(build_spec(image, md, leaves, md["name"]), ttir))
+    ptx_file = folder / f"{stem}.ptx"
+    ptx = ptx_file.read_text() if ptx_file.exists() else None
+    return Kernel(with_writes(build_spec(image, md, leaves, md["name"]), ttir, ptx))

@@ -80,7 +80,8 @@ def _from_compiled(compiled: Any) -> KernelSpec:
         ttir = compiled.asm.get("source") or compiled.asm.get("ttir")
         leaves = ttir_leaves(ttir, md["name"], convention(md)) if ttir else None
         display = md["name"]
-    spec = with_writes(build_spec(image, md, leaves, display), compiled.asm.get("ttir") or compiled.asm.get("source"))
+    spec = with_writes(build_spec(image, md, leaves, display), compiled.asm.get("ttir") or compiled.asm.get("source"),
+                       compiled.asm.get("ptx"))  # fmt: skip
     if src is not None and hasattr(src, "signature"):
         signature = jsonable({str(k): v for k, v in src.signature.items()})
         spec = spec.replace(metadata={**spec.metadata, "signature": signature})

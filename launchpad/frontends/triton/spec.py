@@ -22,6 +22,7 @@ from typing import Any
 
 from ...core.binary import kernels_in_image
 from ...core.params import POINTER_DTYPES, Param, apply_signature
+from ...core.ptx_writes import written_args
 from ...core.spec import Arg, KernelSpec, LaunchPlan
 from ...errors import BinaryError, LaunchpadError
 from .versions import Convention, convention
@@ -257,13 +258,15 @@ def spec_metadata(md: dict) -> dict:
     return json.loads(json.dumps(jsonable(dict(md))))
 
 
-def with_writes(spec: KernelSpec, ttir: str | None) -> KernelSpec:
+def with_writes(spec: KernelSpec, ttir: str | None, ptx: str | None = None) -> KernelSpec:
     """``spec`` with ``metadata["written"]``: the indices (into ``spec.args``) of the arguments its
-    kernel may write through, as its TTIR says (:mod:`launchpad.frontends.triton.writes`); the
-    spec as it is where the TTIR cannot say or its arguments do not pair one to one with the
-    spec's runtime arguments (a tensor descriptor passed as its parts)."""
+    kernel may write through, as its TTIR says (:mod:`launchpad.frontends.triton.writes`), else
+    its PTX (:mod:`launchpad.core.ptx_writes`: a Gluon kernel's, whose IR is not TTIR, or a TTIR
+    with inline assembly); the spec as it is where neither can say (or the TTIR's arguments do not
+    pair one to one with the spec's runtime arguments: a tensor descriptor passed as its parts)."""
     found = written_arguments(ttir, spec.name) if ttir else None
     runtime = [k for k, a in enumerate(spec.args) if a.kind in ("param", "expand")]
-    if found is None or len(found) != len(runtime):
-        return spec
-    return spec.replace(metadata={**spec.metadata, "written": [k for k, w in zip(runtime, found) if w]})
+    if found is not None and len(found) == len(runtime):
+        return spec.replace(metadata={**spec.metadata, "written": [k for k, w in zip(runtime, found) if w]})
+    written = written_args(spec.args, len(spec.params), ptx, spec.name) if ptx else None
+    return spec if written is None else spec.replace(metadata={**spec.metadata, "written": written})

@@ -8,8 +8,8 @@ a pointer (``n``, a stride) may be counted and is dropped later, as it is not a 
 value is data, not an address, unless it is itself a pointer.
 
 What cannot be followed gives None (every tensor argument then counts as written): an operation
-this module does not know, a pointer made from an int or loaded from memory, inline assembly that
-is not pure, unstructured branches.
+this module does not know (a call, a barrier, inline assembly not declared pure), a pointer made
+from an int or loaded from memory, unstructured branches.
 """
 
 from __future__ import annotations
@@ -62,7 +62,8 @@ def written_arguments(ttir: str, name: str) -> tuple[bool, ...] | None:
             continue
         m = _OP.match(text)
         op = m.group(1) if m else ""
-        if op not in _READS_ONLY and op not in _WRITES and not op.startswith(_PREFIXES):
+        pure_asm = op == "tt.elementwise_inline_asm" and "pure = true" in text  # (no side effects, declared)
+        if op not in _READS_ONLY and op not in _WRITES and not op.startswith(_PREFIXES) and not pure_asm:
             return None  # an operation whose effects are not known here (a call, inline asm, a branch ...)
         if op == "tt.load" and "!tt.ptr<!tt.ptr" in text:
             return None  # a pointer read from memory: where it points is not known here
