@@ -26,7 +26,7 @@ helion = pytest.importorskip("helion")
 triton = pytest.importorskip("triton")
 import helion.language as hl  # noqa: E402
 import helion_kernels as H  # noqa: E402
-from hypothesis import given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 
@@ -81,6 +81,21 @@ def env(fake_gpu, monkeypatch) -> Env:
 
 def pointers(*tensors) -> list[bytes]:
     return [struct.pack("<Q", t.data_ptr()) for t in tensors]
+
+
+def entry_of(hk, args) -> tuple:
+    """``(bound, compiled, call)`` that ``hk(*args)`` runs: by launchpad's key, or (Helion 1.5, whose key
+    is Helion's own binding) by the host function of the bound kernel Helion binds."""
+    if hk._bind_per_call:
+        return hk.host_functions[hk._settle(hk.kernel.bind(args), args)]
+    entry = hk.host_functions[hk._key(args)]
+    return entry.entries[tuple(f(args) for f in entry.extractors)] if hasattr(entry, "entries") else entry
+
+
+BIND_PER_CALL = not UNSUPPORTED and hv.rules_of().bind_per_call
+reproduced = pytest.mark.skipif(
+    BIND_PER_CALL, reason="Helion 1.5: launchpad asks Helion's own bind, no copy of its key"
+)
 
 
 def configured(kernel, **config):
@@ -163,6 +178,7 @@ SETTINGS = pytest.mark.parametrize(
 )
 
 
+@reproduced
 @supported
 @SETTINGS
 def test_key_partitions_calls_as_helion_does(static_shapes, index_dtype):
@@ -174,6 +190,7 @@ def test_key_partitions_calls_as_helion_does(static_shapes, index_dtype):
         _same_partition(kernel, [base[:i] + (c,) + base[i + 1 :] for c in choices])
 
 
+@reproduced
 @supported
 @SETTINGS
 @settings(max_examples=40, deadline=None)
@@ -183,6 +200,7 @@ def test_key_partitions_mixed_calls_as_helion_does(static_shapes, index_dtype, c
     _same_partition(kernel, calls)
 
 
+@reproduced
 @supported
 @SETTINGS
 def test_a_constexpr_never_keys_as_a_tensor(static_shapes, index_dtype):
@@ -205,6 +223,7 @@ def _devices(a, b, c):
     return b
 
 
+@reproduced
 @supported
 @pytest.mark.parametrize("static_shapes", [True, False])
 def test_the_calls_device_is_keyed_as_helion_keys_it(static_shapes):
@@ -234,6 +253,7 @@ def test_the_calls_device_is_keyed_as_helion_keys_it(static_shapes):
             assert (ours_i == ours_j) == (theirs_i == theirs_j), (calls[i], calls[j])
 
 
+@reproduced
 @supported
 def test_a_distributed_call_keys_apart_from_1_4(tmp_path):
     """Helion 1.4 keys whether a call is distributed: inside an initialized torch.distributed, a
@@ -255,6 +275,7 @@ def test_a_distributed_call_keys_apart_from_1_4(tmp_path):
     assert key(args) == outside[0]
 
 
+@reproduced
 @supported
 def test_key_ends_with_the_kernels_key_function():
     kernel = helion.kernel(_many, key=lambda *args: len(args[5]), autotune_effort="none")
@@ -284,7 +305,7 @@ def test_add_launches_helions_kernel_with_its_config(env):
     (kernel,) = env.kernels()
     assert kernel.spec.metadata["num_stages"] == 3 and kernel.spec.metadata["num_warps"] == 2
     # the bound kernel and host function Helion itself runs for these arguments
-    bound, compiled, _ = hk.host_functions[hk._key((x, y))]
+    bound, compiled, _ = entry_of(hk, (x, y))
     assert bound is add.bind((x, y)) and compiled is bound._run
     out2 = hk(x, y)
     assert len(env.fake.launches) == 2 and len(env.kernels()) == 1
@@ -309,7 +330,7 @@ def test_calls_helion_specializes_differently_never_share_a_host_function(env):
     for args in calls + calls[::-1] + calls:
         out = hk(*args)
         torch.testing.assert_close(out.shape, torch.broadcast_shapes(args[0].shape, args[1].shape))
-        bound, compiled, _ = hk.host_functions[hk._key(args)]
+        bound, compiled, _ = entry_of(hk, args)
         assert bound is add.bind(args) and compiled is bound._run
         grids.setdefault(id(bound), env.fake.last.grid)
         assert env.fake.last.grid == grids[id(bound)]
@@ -325,14 +346,20 @@ def test_hl_specialize_keys_on_the_specialized_size(env):
     a, b, c = torch.randn(64, 128), torch.randn(32, 128), torch.randn(64, 96)
     for x in (a, b, c, a, c, b):
         out = hk(x)
-        bound, compiled, _ = hk.host_functions[hk._key((x,))].entries[(x.shape[1],)]
+        if BIND_PER_CALL:
+            bound, compiled, _ = entry_of(hk, (x,))
+        else:
+            bound, compiled, _ = hk.host_functions[hk._key((x,))].entries[(x.shape[1],)]
         assert bound is H.row_mean.bind((x,))
         source = open(compiled.__globals__["__file__"]).read()
         assert repr(1.0 / x.shape[1]) in source
         assert env.fake.last.params[:2] == pointers(x, out)
         assert struct.pack("<i", x.shape[0]) in env.fake.last.params[2:]  # the row count is an argument
-    (slot,) = hk.host_functions.values()
-    assert sorted(slot.entries) == [(96,), (128,)]
+    if BIND_PER_CALL:  # one host function per bound kernel Helion binds
+        assert len({id(e[0]) for e in hk.host_functions.values()}) == 2
+    else:
+        (slot,) = hk.host_functions.values()
+        assert sorted(slot.entries) == [(96,), (128,)]
 
 
 def test_constexpr_defaults_and_keywords(env):
@@ -349,7 +376,7 @@ def test_constexpr_defaults_and_keywords(env):
     sources = {open(e[1].__globals__["__file__"]).read() for e in hk.host_functions.values()}
     assert len(sources) == 2  # factor 3 and factor 4, each compiled in
     for args in [(x, 3), (x, 3, 0.5), (x, hl.constexpr(3), 2.0), (x, 4)]:
-        assert hk.host_functions[hk._key(args)][0] is H.scale_by.bind(args)
+        assert entry_of(hk, args)[0] is H.scale_by.bind(args)
     with pytest.raises(launchpad.ArgumentTypeError, match=r"^Helion kernel 'scale_by': Too many arguments"):
         hk(x, 3, 0.5, 1)  # also a TypeError, as Helion's own refusal is
 
@@ -526,6 +553,38 @@ def test_under_torch_compile_it_is_traced_as_the_helion_kernel(env):
     assert env.fake.launches == [] and hk.host_functions == {}
 
 
+ALIASING = ["apart", "same", "view", "clone"]
+
+
+def _aliased(shape: tuple, dtype: torch.dtype, how: str) -> tuple:
+    x = torch.randn(shape).to(dtype)
+    y = {"apart": lambda: torch.randn(shape).to(dtype), "same": lambda: x, "view": lambda: x.view(shape),
+         "clone": lambda: x.clone()}[how]()  # fmt: skip
+    return x, y
+
+
+ADD_DEFAULT = helion.kernel(H.add.fn, autotune_effort="none")
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=st.lists(st.tuples(st.sampled_from([(64,), (8, 8)]), st.sampled_from([torch.float32, torch.float16]),
+                                st.sampled_from(ALIASING)), min_size=1, max_size=6))  # fmt: skip
+def test_each_call_runs_the_bound_kernel_helion_binds_aliased_inputs_too(env, calls):
+    """Random calls, one tensor passed twice among them (Helion 1.5 keys input-tensor aliasing):
+    each runs the host function of the bound kernel Helion binds for it, on its own tensors."""
+    hk = env.wrap(ADD_DEFAULT)
+    for shape, dtype, how in calls:
+        x, y = _aliased(shape, dtype, how)
+        out = hk(x, y)
+        assert entry_of(hk, (x, y))[0] is ADD_DEFAULT.bind((x, y))
+        assert env.fake.last.params[:3] == pointers(x, y, out)
+    same, apart = _aliased((64,), torch.float32, "same"), _aliased((64,), torch.float32, "clone")
+    helion_keys_aliasing = ADD_DEFAULT.bind(same) is not ADD_DEFAULT.bind(apart)
+    assert helion_keys_aliasing == BIND_PER_CALL  # 1.5 only, which launchpad asks rather than copies
+    hk(*same), hk(*apart)
+    assert (entry_of(hk, same)[0] is entry_of(hk, apart)[0]) is not helion_keys_aliasing
+
+
 # --- refusals ------------------------------------------------------------------------------------
 
 
@@ -551,6 +610,23 @@ def test_helion_runtime_arguments_and_unknown_options_are_refused_by_name(env, t
     refusals(H.add.fn, "add")  # a module without _launcher calls: nothing to refuse
 
 
+def test_helion_1_5_resident_programs_check_is_refused_by_name(env, tmp_path):
+    """Helion 1.5's _minimum_resident_programs= (cross-loop scheduling) asks its launcher to check
+    the kernel's occupancy before launching: refused, naming the kernel and the keyword."""
+    launcher = Launcher(env.launcher_of, "fused")
+    why = r"_minimum_resident_programs= is a Helion runtime argument: its default launcher compiles the kernel"
+    with pytest.raises(launchpad.ArgumentError, match=rf"^Helion kernel 'fused': .*{why}"):
+        launcher.launch(H.add, (132,), torch.zeros(4), num_warps=4, num_stages=1, _minimum_resident_programs=132)
+    module = tmp_path / "generated15.py"
+    module.write_text("def k(x, *, _launcher=None):\n"
+                      "    _launcher(_helion_k, (8,), x, _minimum_resident_programs=8, num_warps=4, num_stages=1)\n")  # fmt: skip
+    namespace: dict = {"__file__": str(module)}
+    exec(compile(module.read_text(), str(module), "exec"), namespace)
+    with pytest.raises(launchpad.ArgumentError, match=rf"^Helion kernel 'k': .*launches _helion_k .*{why}"):
+        refusals(namespace["k"], "k")
+    assert env.fake.launches == [] and env.options == []
+
+
 def test_ref_mode_and_other_backends_are_refused(env, monkeypatch):
     from helion.runtime.ref_mode import RefMode
 
@@ -567,22 +643,23 @@ def test_ref_mode_and_other_backends_are_refused(env, monkeypatch):
 
 
 def test_unsupported_helion_versions_and_objects_are_refused(monkeypatch):
-    followed = r"follows helion 1\.0, 1\.1, 1\.2 and 1\.4, .*\(pip install 'helion>=1\.0,<1\.5'\)$"
-    for version in ("1.3.0", "1.5.0", "1.5.1", "0.3.3", "2.0.0", "main"):
+    followed = r"follows helion 1\.0, 1\.1, 1\.2, 1\.4 and 1\.5, .*\(pip install 'helion>=1\.0,<1\.6'\)$"
+    for version in ("1.3.0", "1.6.0", "0.3.3", "2.0.0", "main"):
         with pytest.raises(launchpad.UnsupportedVersion, match=rf"^Helion {version} is installed; launchpad's Helion "
                            rf"front end {followed}"):  # fmt: skip
             hv.check_installed(version)
-    for version in ("1.0.0", "1.0.3", "1.1.0", "1.2.0", "1.4.0", "1.4.2"):
+    for version in ("1.0.0", "1.0.3", "1.1.0", "1.2.0", "1.4.0", "1.4.2", "1.5.0", "1.5.1"):
         assert hv.check_installed(version) == version
     assert hv.rules_of("1.1.0").device_entry == "first_tensor" and hv.rules_of("1.4.0").distributed
+    assert hv.rules_of("1.5.1").bind_per_call and not hv.rules_of("1.4.0").bind_per_call
     monkeypatch.setattr(hv, "installed_version", lambda: None)
     with pytest.raises(
         launchpad.UnsupportedVersion,
-        match=r"Helion is not installed.*helion>=1\.0,<1\.5': the helion extra of launchpad-kernels",
+        match=r"Helion is not installed.*helion>=1\.0,<1\.6': the helion extra of launchpad-kernels",
     ):
         launchpad.helion_kernel(H.add)
-    monkeypatch.setattr(hv, "installed_version", lambda: "1.5.1")
-    with pytest.raises(launchpad.UnsupportedVersion, match=r"^Helion 1\.5\.1 is installed"):
+    monkeypatch.setattr(hv, "installed_version", lambda: "1.6.0")
+    with pytest.raises(launchpad.UnsupportedVersion, match=r"^Helion 1\.6\.0 is installed"):
         launchpad.helion_kernel(H.add)
     monkeypatch.setattr(hv, "installed_version", lambda: "1.0.0")
     with pytest.raises(
@@ -605,8 +682,8 @@ def test_the_extra_installs_the_followed_releases():
                    for r in importlib.metadata.requires("launchpad-kernels") or ()
                    if r.startswith("helion") and 'extra == "helion"' in r]  # fmt: skip
         spec = ",".join(sorted(spec.split(","), key=lambda part: part[0] != ">"))
-    assert spec == ">=1.0,<1.5" and spec in hv._PIP
-    assert hv.SUPPORTED == ((1, 0), (1, 4)) and (1, 3) not in hv.RELEASES  # 1.3 was never released
+    assert spec == ">=1.0,<1.6" and spec in hv._PIP
+    assert hv.SUPPORTED == ((1, 0), (1, 5)) and (1, 3) not in hv.RELEASES  # 1.3 was never released
 
 
 def test_public_name_wires_the_triton_launcher():
@@ -623,6 +700,7 @@ def test_info_names_the_helion_and_whether_it_is_followed():
 
     assert cli._helion_note("1.0.0") == " (launchpad.helion_kernel)"
     assert cli._helion_note("1.4.0") == " (launchpad.helion_kernel)"
-    assert cli._helion_note("1.5.1") == (
-        " (launchpad.helion_kernel refuses it: it follows helion 1.0, 1.1, 1.2 and 1.4)"
+    assert cli._helion_note("1.5.1") == " (launchpad.helion_kernel)"
+    assert cli._helion_note("1.6.0") == (
+        " (launchpad.helion_kernel refuses it: it follows helion 1.0, 1.1, 1.2, 1.4 and 1.5)"
     )

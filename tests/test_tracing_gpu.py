@@ -226,6 +226,35 @@ def test_record_of_a_step_calling_a_compiled_module_and_kernels_replays_as_eager
         assert torch.equal(seq(x), step(x)), seq.explain()
 
 
+def test_record_of_a_training_step_with_a_compiled_forward_and_a_kernel(cpp):
+    """A recorded training step whose forward is a compiled module (Inductor's kernels, its backward
+    AOTAutograd's) and whose target a launchpad kernel clips: 10 replays with new batches equal the
+    same step run eagerly on a copy, loss and weights bit for bit."""
+    torch.manual_seed(3)
+    model = nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 8)).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    clip, compiled = cpp["clip"], torch.compile(model)
+
+    def step(x, y, forward=compiled, opt=opt):
+        opt.zero_grad(set_to_none=True)
+        target = y.clone()
+        clip[(target.numel() + 255) // 256, 256](target, 0.75, target.numel())
+        loss = F.mse_loss(forward(x), target)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    seq = lp.record(step, torch.randn(16, 32, device="cuda"), torch.randn(16, 8, device="cuda"))
+    twin, twin_opt = copy.deepcopy((model, opt))  # (after the recording's warm-up: the same start)
+    twin_forward = torch.compile(twin)
+    for _ in range(10):
+        x, y = torch.randn(16, 32, device="cuda"), torch.randn(16, 8, device="cuda")
+        loss = seq(x, y)
+        assert torch.equal(loss, step(x, y, twin_forward, twin_opt)), seq.explain()
+    for a, b in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_a_recorded_step_beside_reduce_overhead_graph_trees(cpp):
     """torch.compile(mode="reduce-overhead") clears cuBLAS's workspaces when it records its graphs: a
     recorded sequence (which made its own inside its pool) replays exactly after and between them."""

@@ -8,6 +8,11 @@ compiled for that key and calls it with a launchpad launcher as ``_launcher``
 new key object and cache lookup per call) and its Triton launches (``JITFunction.run``) are the
 costs this removes; Helion's host code (output allocation, grid arithmetic) still runs.
 
+Helion 1.5 is followed by asking it, not by a copy of its key (:mod:`.versions`): each call binds
+with Helion's own ``Kernel.bind`` (re-binding as ``BoundKernel.__call__`` does while Helion's
+late specializations and compiler seeds move it), then runs that bound kernel's compiled host
+function with launchpad's ``_launcher``; only Helion's Triton launches are removed there.
+
 On a new key everything is Helion's: ``Kernel.bind`` traces the kernel, the bound kernel's config
 comes from the kernel's ``config=``, its single entry of ``configs=``, the default config
 (``autotune_effort="none"``) or Helion's autotuner (timed with Helion's own launches, on the
@@ -34,7 +39,7 @@ import torch
 from ...errors import ArgumentError, ArgumentTypeError
 from .keys import make_key
 from .launch import Launcher, refusals
-from .versions import check_installed
+from .versions import check_installed, rules_of
 
 __all__ = ["HelionKernel"]
 
@@ -85,7 +90,8 @@ class HelionKernel:
         ``{key: (bound_kernel, compiled_host_function, host_function_called)}`` of the
         specializations called so far (the last is Helion's compiled function with launchpad's
         ``_launcher``); a key whose kernel specializes on values (``hl.specialize``) holds a table
-        of its own.
+        of its own. With Helion 1.5 the key is the bound kernel ``Kernel.bind`` returns (two bound
+        kernels may share one compiled function: Helion caches generated code by its source).
 
     Raises
     ------
@@ -96,7 +102,7 @@ class HelionKernel:
     """
 
     def __init__(self, kernel: Any, launcher_of: Callable[[Any], Any]):
-        check_installed()
+        rules = rules_of(check_installed())
         from helion.runtime.kernel import Kernel as _HelionKernel
 
         if not isinstance(kernel, _HelionKernel):
@@ -109,7 +115,8 @@ class HelionKernel:
         self.__name__ = kernel.name
         self.__doc__ = kernel.fn.__doc__
         self._arity = kernel._num_params
-        self._key = make_key(kernel)
+        self._key = make_key(kernel, rules)
+        self._bind_per_call = rules.bind_per_call  # 1.5: host_functions keyed by Helion's bound kernel
         self._launcher = Launcher(launcher_of, kernel.name)
         self.host_functions: dict[Any, Any] = {}
         self._lock = _lock_of(kernel)
@@ -126,9 +133,12 @@ class HelionKernel:
                 args = self.kernel.normalize_args(*args, **kwargs)  # as Helion's Kernel.__call__
             elif len(args) > self._arity:
                 self.kernel.bind(args)  # raises Helion's own TypeError
-            key = self._key(args)
+            # 1.5: Helion's own binding is the key (module documentation)
+            key = self.kernel.bind(args) if self._bind_per_call else self._key(args)
         except TypeError as exc:  # Helion's refusal of the arguments, said with the kernel's name
             raise self._refusal(args, exc) from exc
+        if self._bind_per_call:
+            return self._call_bound(args, key)
         entry = self.host_functions.get(key)
         if entry is None:
             entry = self._miss(key, args)
@@ -162,33 +172,99 @@ class HelionKernel:
                 )
         return ArgumentTypeError(f"Helion kernel {self.kernel.name!r}: {exc}")
 
+    # --- Helion 1.5: Helion's own binding on every call ---------------------------------------------
+
+    def _settle(self, bound: Any, args: tuple) -> Any:
+        """The bound kernel Helion runs for ``args``, from the one ``Kernel.bind`` returned: 1.5's
+        ``BoundKernel.__call__`` binds again while the kernel was reset, or has compiler-seed
+        extractors or late specializations, and runs the bound kernel that second bind returns."""
+        kernel = self.kernel
+        for _ in range(8):  # bind settles at once (a cache hit) unless compiling re-keyed the kernel
+            if not bound._cache_managed or not (
+                bound._reset_generation != kernel._reset_generation
+                or bound._compiler_seed_specialization_extractors
+                or kernel._has_specialization_extras
+            ):
+                return bound
+            rebound = kernel.bind(args)
+            if rebound is bound:
+                return bound
+            bound = rebound
+        raise ArgumentError(
+            f"Helion kernel {kernel.name!r}: Helion's binding of these arguments did not settle (each "
+            "Kernel.bind returned another bound kernel); call the Helion kernel itself"
+        )
+
+    def _call_bound(self, args: tuple, bound: Any) -> Any:
+        bound = self._settle(bound, args)
+        entry = self.host_functions.get(bound)
+        if entry is None or entry[1] is not bound._run:  # new, or its config changed (set_config, autotune)
+            entry = self._compile_bound(args)
+        return entry[2](*args)
+
+    def _compile_bound(self, args: tuple) -> tuple:
+        """Compile (or adopt) the host function of the bound kernel Helion 1.5 runs for ``args``, as
+        its ``BoundKernel.__call__`` compiles a first call: the config made with the call's tensors
+        as runtime argument values. Compiling may publish extractors that retire the bound kernel
+        (its ``_run`` reset): then bind again, as Helion's next call would."""
+        names = self.kernel.signature.parameters
+        runtime_args = {n: v for n, v in zip(names, args) if isinstance(v, torch.Tensor)}
+        with self._lock:
+            for _ in range(8):
+                bound = self._settle(self.kernel.bind(args), args)
+                with bound._first_compile_lock:
+                    if bound._run is None:
+                        self._check(bound)
+                        with bound.env.use_runtime_arg_values(runtime_args):
+                            bound.ensure_config_exists(args)
+                    if bound._run is not None:
+                        entry = self._entry(bound)
+                        self.host_functions = {**self.host_functions, bound: entry}
+                        return entry
+        raise ArgumentError(
+            f"Helion kernel {self.kernel.name!r}: compiling these arguments left Helion no host function to run; "
+            "call the Helion kernel itself"
+        )
+
     # --- a new specialization: Helion's own binding, config and compilation -------------------------
 
-    def _miss(self, key: tuple, args: tuple) -> tuple:
+    def _check(self, bound: Any | None) -> None:
+        """Refuse a kernel in ref mode, or ``bound`` (None: not bound yet) generated for a backend
+        other than Triton."""
         from helion.runtime.ref_mode import is_ref_mode_enabled
 
         kernel = self.kernel
+        if is_ref_mode_enabled(kernel.settings):
+            raise ArgumentError(
+                f"Helion kernel {kernel.name!r} is in ref mode (HELION_INTERPRET=1 or ref_mode=), which runs it "
+                "eagerly in torch without launching: call the Helion kernel itself"
+            )
+        backend = "triton" if bound is None else bound.env.backend.name
+        if backend != "triton":
+            raise ArgumentError(
+                f"Helion kernel {kernel.name!r} generates code for the {backend!r} backend; launchpad launches "
+                "the Triton backend's kernels only"
+            )
+
+    def _entry(self, bound: Any) -> tuple:
+        """``(bound, compiled, call)``: the bound kernel's host function, and it with our ``_launcher``."""
+        self._check(bound)
+        compiled = bound._run
+        refusals(compiled, self.kernel.name)
+        call = types.FunctionType(
+            compiled.__code__, compiled.__globals__, compiled.__name__, compiled.__defaults__, compiled.__closure__
+        )  # the host function, its _launcher default ours: no keyword to pass per call
+        call.__kwdefaults__ = {**(compiled.__kwdefaults__ or {}), "_launcher": self._launcher.launch}
+        return (bound, compiled, call)
+
+    def _miss(self, key: tuple, args: tuple) -> tuple:
+        kernel = self.kernel
         with self._lock:
-            if is_ref_mode_enabled(kernel.settings):
-                raise ArgumentError(
-                    f"Helion kernel {kernel.name!r} is in ref mode (HELION_INTERPRET=1 or ref_mode=), which runs it "
-                    "eagerly in torch without launching: call the Helion kernel itself"
-                )
+            self._check(None)  # ref mode, before binding
             bound = kernel.bind(args)
-            backend = bound.env.backend.name
-            if backend != "triton":
-                raise ArgumentError(
-                    f"Helion kernel {kernel.name!r} generates code for the {backend!r} backend; launchpad launches "
-                    "the Triton backend's kernels only"
-                )
+            self._check(bound)
             bound.ensure_config_exists(args)  # the given config, the default one, or Helion's autotuning
-            compiled = bound._run
-            refusals(compiled, kernel.name)
-            call = types.FunctionType(
-                compiled.__code__, compiled.__globals__, compiled.__name__, compiled.__defaults__, compiled.__closure__
-            )  # the host function, its _launcher default ours: no keyword to pass per call
-            call.__kwdefaults__ = {**(compiled.__kwdefaults__ or {}), "_launcher": self._launcher.launch}
-            entry = (bound, compiled, call)
+            entry = self._entry(bound)
             extractors = kernel._specialize_extra.get(kernel._base_specialization_key(args)) or []
             if extractors:
                 slot = self.host_functions.get(key)

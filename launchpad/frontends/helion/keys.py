@@ -30,6 +30,11 @@ calls exactly as the installed Helion's does (``tests/test_helion.py`` checks th
 ``Kernel._base_specialization_key`` over generated arguments) from the cheapest reads: the
 device as ``Tensor.is_cuda`` and ``Tensor.get_device()`` (``Tensor.device`` makes an object per
 call), ``Tensor.shape`` as it is (a tuple), and no per-dimension Python loop for static shapes.
+
+Helion 1.5 (``Rules.bind_per_call``) is not reproduced: its key adds input-tensor aliasing and a
+hardware promotion key, and which bound kernel a key reaches changes as compiling publishes
+extractors; :class:`~.kernel.HelionKernel` asks ``Kernel.bind`` on every call, and
+:func:`make_key` gives Helion's own ``_base_specialization_key`` there.
 """
 
 from __future__ import annotations
@@ -102,6 +107,8 @@ def make_key(kernel: Any, rules: Rules | None = None) -> Callable[[tuple], tuple
     from helion.language.constexpr import ConstExpr
 
     rules = rules if rules is not None else rules_of()
+    if rules.bind_per_call:  # 1.5: Helion's own key, never a copy of it (module documentation)
+        return kernel._base_specialization_key
     constexpr = tuple(annotation is ConstExpr for annotation in kernel._annotations)
     key_fn = kernel._key_fn
     helion_key = kernel._specialization_key  # Helion's own extractor, for every other type

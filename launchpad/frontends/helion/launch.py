@@ -3,7 +3,8 @@
 A Helion host function launches each of its Triton kernels with one generated statement,
 ``_launcher(_helion_k, grid, *args, num_warps=4, num_stages=2, **options)``, whose keywords are
 literals of the config it was compiled for (the same statement and keywords from Helion 1.0 to
-1.4, whose ``launcher_keyword_args`` and ``default_launcher`` do not change). Helion's default
+1.5, whose ``launcher_keyword_args`` do not change; 1.5 adds the runtime keywords below, and
+``launch_pdl=True``, a Triton compile option). Helion's default
 launcher passes them all to ``triton_kernel.run``, where every one is a Triton compile option (``num_warps``,
 ``num_stages``, ``maxnreg``, ``num_ctas``, ``launch_cooperative_grid``, ``ptx_options``...).
 :class:`Launcher` passes them to the Triton launcher it is given (``with_options``), so each
@@ -14,9 +15,12 @@ compiled dispatch.
 Refused by name, before anything launches (:func:`refusals` reads the host function's source
 when it is first called; the launcher checks again on each kernel's first launch):
 
-- keywords starting with ``_``: Helion's own runtime arguments (the distributed copies'
-  ``_remote_copy_*``, ``_remote_barrier_*``, ``_persistent_state_*`` of later releases), which
-  make its default launcher allocate signal pads and append arguments;
+- keywords starting with ``_``: Helion's own runtime arguments (1.5's distributed copies'
+  ``_remote_copy_*``, ``_remote_barrier_*``, ``_persistent_state_*``), which make its default
+  launcher allocate signal pads and append arguments, and 1.5's ``_minimum_resident_programs``
+  (cross-loop scheduling), which makes it compile the kernel, ask CUDA for its occupancy and
+  refuse a grid whose programs cannot all be resident at once: passing the kernel through without
+  that check could deadlock a kernel whose programs wait for one another;
 - keywords the installed Triton has no compile option for (``CUDAOptions``), which Triton would
   refuse too, after Helion's host code had already run.
 """
@@ -46,6 +50,10 @@ def _triton_options() -> frozenset[str] | None:
 
 
 def _why_refused(name: str, options: frozenset[str] | None) -> str:
+    if name == "_minimum_resident_programs":  # Helion 1.5's cross-loop scheduling
+        return (f"{name}= is a Helion runtime argument: its default launcher compiles the kernel first and "
+                "refuses a grid whose programs cannot all be resident at once (its CUDA occupancy), a check "
+                "launchpad does not make")  # fmt: skip
     if name.startswith("_"):
         return (f"{name}= is a Helion runtime argument (distributed copies, persistent state) that its default "
                 "launcher turns into allocations and extra kernel arguments")  # fmt: skip

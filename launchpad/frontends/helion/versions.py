@@ -15,13 +15,18 @@ the keywords from one unchanged ``launcher_keyword_args``). Per release, in
   initialized ``torch.distributed``); ``Kernel.__call__`` gains a dispatch cache of its own,
   which picks the bound kernel ``bind`` would (its key is finer).
 
-1.3 was never released. 1.5 rewrites the binding (input-tensor aliasing, compiler seeds and a
-hardware promotion key in the key, extractors re-published after compilation) and its launcher
-calls carry runtime keywords (``_remote_copy_*``, ``_persistent_state_*``,
-``_minimum_resident_programs``); 1.5.1 also needs a torch newer than 2.11 (it imports
+1.3 was never released. 1.5 rewrites the binding: the base key gains input-tensor aliasing and
+a hardware promotion key, the bound-kernel cache keys compiler-seed results, compiling publishes
+new extractors (guarded input facts) that re-key or retire bound kernels, and
+``BoundKernel.__call__`` re-binds when those change. Its key is not reproduced: launchpad asks
+Helion's own ``Kernel.bind`` on every call (``Rules.bind_per_call``) and runs the host function of
+the bound kernel it returns. Its launcher calls may carry runtime keywords (``_remote_copy_*``,
+``_persistent_state_*``, ``_minimum_resident_programs``), refused by name
+(:mod:`launchpad.frontends.helion.launch`). 1.5.1 also needs a torch newer than 2.11 (it imports
 ``IntelGPUError`` from ``torch._inductor.runtime.triton_compat``). A release is followed once its
-key has been checked against Helion's own (``tests/test_helion.py``); any other is refused with
-:class:`~launchpad.UnsupportedVersion` when the front end is used, never keyed by guesswork.
+key has been checked against Helion's own, or is Helion's own (``tests/test_helion.py``); any
+other is refused with :class:`~launchpad.UnsupportedVersion` when the front end is used, never
+keyed by guesswork.
 """
 
 from __future__ import annotations
@@ -50,12 +55,16 @@ class Rules:
         and its CUDA compute capability).
     distributed
         Whether the call is distributed follows (1.4).
+    bind_per_call
+        The key is not reproduced: every call asks Helion's own ``Kernel.bind`` (1.5, whose key
+        and binding depend on what compiling publishes); the other fields then go unused.
     """
 
     device_in_tensor: bool
     small_sizes_apart: bool
     device_entry: str | None
     distributed: bool
+    bind_per_call: bool = False
 
 
 #: Each Helion release launchpad follows, as (major, minor), with what it keys on.
@@ -64,13 +73,20 @@ RELEASES: dict[tuple[int, int], Rules] = {
     (1, 1): Rules(device_in_tensor=False, small_sizes_apart=False, device_entry="first_tensor", distributed=False),
     (1, 2): Rules(device_in_tensor=False, small_sizes_apart=False, device_entry="find_device", distributed=False),
     (1, 4): Rules(device_in_tensor=False, small_sizes_apart=False, device_entry="find_device", distributed=True),
+    (1, 5): Rules(
+        device_in_tensor=False,
+        small_sizes_apart=False,
+        device_entry="find_device",
+        distributed=True,
+        bind_per_call=True,
+    ),
 }
 
 #: Oldest and newest Helion release launchpad follows, as (major, minor), inclusive (1.3 was
 #: never released; :data:`RELEASES` lists each).
 SUPPORTED: tuple[tuple[int, int], tuple[int, int]] = (min(RELEASES), max(RELEASES))
 
-_PIP = "pip install 'helion>=1.0,<1.5'"
+_PIP = "pip install 'helion>=1.0,<1.6'"
 
 
 def installed_version() -> str | None:
@@ -84,7 +100,7 @@ def installed_version() -> str | None:
 
 
 def supported_text() -> str:
-    """The supported releases as words: ``"1.0, 1.1, 1.2 and 1.4"``."""
+    """The supported releases as words: ``"1.0, 1.1, 1.2, 1.4 and 1.5"``."""
     names = [f"{a}.{b}" for a, b in sorted(RELEASES)]
     return names[0] + ".x" if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
@@ -121,7 +137,7 @@ def check_installed(version: str | None = None) -> str:
     if parsed is None or parsed not in RELEASES:
         raise UnsupportedVersion(
             f"Helion {version} is installed; launchpad's Helion front end follows helion {supported}, whose "
-            "specialization key and launcher calls it reproduces; call the Helion kernel itself, or install "
+            "specialization key and launcher calls it follows; call the Helion kernel itself, or install "
             f"a followed release ({_PIP})"
         )
     return version
