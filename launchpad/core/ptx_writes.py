@@ -49,7 +49,7 @@ def written_params(ptx: str, entry: str) -> tuple[bool, ...] | None:
         return None
     names, body = found
     index = {name: k for k, name in enumerate(names)}
-    instructions = []
+    instructions: list[tuple[str, list[str], list]] = []
     for statement in body:
         op, operands = statement
         head, spaces = op.split(".")[0], op.split(".")[1:]
