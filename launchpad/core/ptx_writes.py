@@ -16,9 +16,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from .taint import Instruction, written
+
 __all__ = ["written_args", "written_params"]
 
-_LOADED = -1  # the taint of a value read from memory
 _REGISTER = re.compile(r"%[A-Za-z_$][\w$]*")
 _NAME = re.compile(r"[A-Za-z_$][\w$.]*")
 _OWN_SPACES = ("shared", "local", "param")  # (memory the kernel owns; "shared::cta", "shared::cluster" too)
@@ -49,7 +50,7 @@ def written_params(ptx: str, entry: str) -> tuple[bool, ...] | None:
         return None
     names, body = found
     index = {name: k for k, name in enumerate(names)}
-    instructions: list[tuple[str, list[str], list]] = []
+    instructions: list[Instruction] = []
     for statement in body:
         op, operands = statement
         head, spaces = op.split(".")[0], op.split(".")[1:]
@@ -78,35 +79,7 @@ def written_params(ptx: str, entry: str) -> tuple[bool, ...] | None:
             instructions.append(("load", destination, []))
         else:
             instructions.append(("define", destination, sources))
-    return _propagate(len(names), instructions)
-
-
-def _propagate(count: int, instructions: list[tuple[str, list[str], list]]) -> tuple[bool, ...] | None:
-    """Follow the parameters through the registers until nothing changes; which are written."""
-    taint: dict[str, set[int]] = {}
-    written: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for kind, destination, sources in instructions:
-            found: set[int] = set()
-            for s in sources:
-                found |= {s} if isinstance(s, int) else taint.get(s, set())
-            if kind == "load":
-                found = {_LOADED}
-            if kind == "write":
-                if not found <= written:
-                    written |= found
-                    changed = True
-                continue
-            for register in destination:
-                have = taint.setdefault(register, set())
-                if not found <= have:
-                    have |= found
-                    changed = True
-    if _LOADED in written:
-        return None
-    return tuple(k in written for k in range(count))
+    return written(len(names), instructions)
 
 
 def _sources(operand: str, index: dict[str, int]) -> list:

@@ -168,8 +168,10 @@ def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any
     linked = spec_from_image(cubin, "cubin", compiled.entry, signature=words, display_name=name)
     # What it writes, for torch.compile: from its PTX where Numba gave PTX (lto=False); its LTO-IR says
     # nothing this can read, and compiling the PTX besides would cost most of a second compile.
-    ptx = next((c.decode() for c in compiled.codes if compiled.entry.encode() in c), None)
-    found = written_args(args, len(linked.params), ptx, compiled.entry) if compiled.output == "ptx" and ptx else None
+    found = None
+    if compiled.output == "ptx":  # (LTO-IR is binary: never decoded)
+        ptx = next((c.decode() for c in compiled.codes if compiled.entry.encode() in c), None)
+        found = written_args(args, len(linked.params), ptx, compiled.entry) if ptx else None
     written = {"written": found} if found is not None else {}
     return linked.replace(
         params=tuple(replace(p, name=param_names[p.index]) for p in linked.params),

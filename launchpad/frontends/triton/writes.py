@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import re
 
+from ...core.taint import Instruction, written
+
 __all__ = ["written_arguments"]
 
 _WRITES = ("tt.store", "tt.atomic_rmw", "tt.atomic_cas", "tt.descriptor_store", "tt.descriptor_reduce",
@@ -44,7 +46,7 @@ def written_arguments(ttir: str, name: str) -> tuple[bool, ...] | None:
     if found is None:
         return None
     arguments, lines = found
-    ops: list[tuple[str, list[str], list[str]]] = []  # (operation, values it defines, values it uses)
+    ops: list[Instruction] = [("define", [a], [k]) for k, a in enumerate(arguments)]  # (each argument is itself)
     regions: list[list[str]] = []  # the values each open region's operation defines, block arguments too
     for line in lines:
         text = line.split(" loc(")[0].strip()
@@ -74,33 +76,13 @@ def written_arguments(ttir: str, name: str) -> tuple[bool, ...] | None:
             regions.append(defined)
         if op in _YIELDS:  # what a region yields flows to its operation's values and block arguments
             defined = [v for region in regions for v in region]
-        ops.append((op, defined, used))
-    return _propagate(arguments, ops)
-
-
-def _propagate(arguments: list[str], ops: list[tuple[str, list[str], list[str]]]) -> tuple[bool, ...]:
-    """Follow the arguments through the operations until nothing changes; the arguments written."""
-    taint: dict[str, set[int]] = {arg: {i} for i, arg in enumerate(arguments)}
-    written: set[int] = set()
-    changed = True
-    while changed:
-        changed = False
-        for op, defined, used in ops:
-            if op in _WRITES:
-                target = taint.get(used[0], set()) if used else set()
-                if not target <= written:
-                    written |= target
-                    changed = True
-                continue
-            if op == "tt.load":
-                continue  # data, not an address (a pointer read from memory was refused)
-            sources = set().union(*(taint.get(v, set()) for v in used))
-            for v in defined:
-                have = taint.setdefault(v, set())
-                if not sources <= have:
-                    have |= sources
-                    changed = True
-    return tuple(i in written for i in range(len(arguments)))
+        if op in _WRITES:
+            if not used:
+                return None  # (a write through nothing this reads)
+            ops.append(("write", [], [used[0]]))
+        elif op != "tt.load":  # (a loaded value is data: a loaded pointer was refused above)
+            ops.append(("define", defined, used))
+    return written(len(arguments), ops)
 
 
 def _function(ttir: str, name: str) -> tuple[list[str], list[str]] | None:
