@@ -96,6 +96,7 @@ class FakeGraphs:
         monkeypatch.setattr(_updates, "updater", lambda device: (UPDATER, "") if device_updates else
                             (0, "the fake driver has no device-side updates"))  # fmt: skip
         monkeypatch.setattr(_updates.Ring, "prologue", lambda ring, function: self._prologue(ring, function))
+        monkeypatch.setattr(_updates.Ring, "launch", lambda ring, function, stream: self._run_updater(ring, function))
         self.captures = 0  # captures made so far
         self.replays: list[int] = []  # graphs launched through torch's CUDAGraph.replay() (random numbers)
         self._pools: dict = {}  # a capture's graph -> the tensors of its pool (a later capture may share it)
@@ -262,20 +263,38 @@ class FakeGraphs:
         self.launched.append((exec_, stream))
 
     def _updater(self, exec_) -> None:
-        """launchpad's updater node, as it runs on the device: applies this launch's slot unless an
-        update failed before (the ring's second word: entry << 32 | error), then gives the slot back.
-        ``fail_device`` (a node handle) makes that node's updates fail, as the device runtime may."""
+        """launchpad's updater node, as it runs on the device (see :meth:`_apply_slot`)."""
         ring, launches = self.rings[exec_]
-        base = 2 + (launches % ring.slots) * (1 + 3 * ring.capacity)
-        count, words = ring.words[base], ring.words[base + 1 :]
-        for k in range(count if not ring.words[1] else 0):
+        self._apply_slot(ring, launches)
+        self.rings[exec_][1] = launches + 1
+
+    def _run_updater(self, ring, function) -> None:
+        """The updater launched outside a graph (the check of every device-side update before the first
+        replay), on a ring of its own, whose counter is its tensor."""
+        assert function == UPDATER and self._capturing is None
+        launches = int(ring.counter[0])
+        self._apply_slot(ring, launches)
+        ring.counter[0] = launches + 1
+
+    def _apply_slot(self, ring, launches) -> None:
+        """What the updater does: applies launch ``launches``'s slot unless an update failed before (the
+        ring's second word: entry << 32 | error, the third the launch) or the slot was written for another
+        launch (its head's stamp), then gives the slot back. ``fail_device`` (a node handle) makes that
+        node's updates fail, as the device runtime may; ``refuse_device_updates`` (node handles) likewise,
+        from the first update on (a node the driver cannot update from the device)."""
+        header = _updates.HEADER
+        base = header + (launches % ring.slots) * (1 + 3 * ring.capacity)
+        head, words = ring.words[base], ring.words[base + 1 :]
+        failing = {getattr(self, "fail_device", None), *getattr(self, "refuse_device_updates", ())}
+        if not ring.words[1] and head >> 32 != launches & 0xFFFFFFFF:
+            ring.words[1], ring.words[2] = _updates.DRIFT << 32, launches
+        for k in range(head & 0xFFFFFFFF if not ring.words[1] else 0):
             devnode, where, value = words[3 * k], words[3 * k + 1], words[3 * k + 2]
             offset, size = where & 0xFFFFFFFF, where >> 32
-            if self.devnodes[devnode] == getattr(self, "fail_device", None):
-                ring.words[1] = k << 32 | 1  # cudaErrorInvalidValue
+            if self.devnodes[devnode] in failing:
+                ring.words[1], ring.words[2] = k << 32 | 801, launches  # cudaErrorNotSupported
                 break
             self.state[self.devnodes[devnode]][offset : offset + size] = value.to_bytes(8, "little")[:size]
-        self.rings[exec_][1] = launches + 1
         ring.words[0] = launches + 1
 
     def run_pending(self, count: int | None = None) -> None:

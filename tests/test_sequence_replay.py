@@ -214,22 +214,119 @@ def test_a_replay_inside_another_capture_is_refused_before_anything_changes(modu
     assert axpy_reads(graphs, seq, 0)[1] == x2.data_ptr()
 
 
-def test_a_failed_device_side_update_breaks_the_sequence_without_a_trap(module, fake_gpu, monkeypatch):
-    """Defect 7: the updater records the failure and applies nothing more; every later replay raises."""
+def test_a_failed_device_side_update_is_never_returned_as_good(module, fake_gpu, monkeypatch):
+    """Defect 7: the updater records the failure and applies nothing more (no trap); the replay that
+    knows it (here the fake device ran its updater before the replay returned) raises instead of
+    returning its result, and every later replay raises."""
     graphs = FakeGraphs(fake_gpu, monkeypatch, device_updates=True)
     axpy = graphs.fake.install(module["axpy"])
     seq = graphs.record(lambda x, y: (axpy[1, N](1.0, x, y, N), axpy[1, N](2.0, y, x, N))[0], f32(), f32())
-    graphs.fail_device = seq._plan.nodes[1].handle
-    seq(f32())  # (the update fails on the device, after the launch)
+    seq(f32())
+    graphs.fail_device = seq._plan.nodes[1].handle  # (a transient failure of the device runtime)
+    message = (r"^a device-side update of this sequence failed in replay 2 \(sequence input 'x', read by node 1 "
+               r"\(kernel 'axpy'\), param 2 \('y', \*fp32\): cudaError_t 801\); that replay and every one after it ran "
+               r"with stale node values \(their results are wrong\), and the updater applies none since: record it "
+               r"again$")  # fmt: skip
+    with pytest.raises(lp.LaunchpadError, match=message):
+        seq(f32())  # (the update fails on the device, and the fake device ran before the replay returned)
     stale = [graphs.reads(seq, i) for i in range(2)]
-    message = (r"^a device-side update of this sequence failed \(sequence input 'x', read by node 1 \(kernel 'axpy'\), "
-               r"param 2 \('y', \*fp32\): cudaError_t 1\); the updater applies none since, so its nodes may hold stale "
-               r"values: record it again$")  # fmt: skip
     graphs.fail_device = None
     for _ in range(2):
         with pytest.raises(lp.LaunchpadError, match=message):
             seq(f32())
-    assert seq._state[1] == 1 and [graphs.reads(seq, i) for i in range(2)] == stale and len(graphs.launched) == 1
+    with pytest.raises(lp.LaunchpadError, match=message):
+        seq.check()
+    assert seq._state[1] == 1 and [graphs.reads(seq, i) for i in range(2)] == stale and len(graphs.launched) == 2
+
+
+def test_a_failure_found_later_is_raised_by_check_and_warned_of_when_unreported(module, fake_gpu, monkeypatch):
+    """A failure the replay could not know yet (the device behind the host) is raised by ``check()``;
+    a sequence released with a failure nobody was told of warns."""
+    graphs = FakeGraphs(fake_gpu, monkeypatch, device_updates=True)
+    axpy = graphs.fake.install(module["axpy"])
+    seq = graphs.record(lambda x, y: axpy[1, N](1.0, x, y, N), f32(), f32())
+    seq.check()  # (nothing launched, nothing failed)
+    graphs.defer = True
+    seq(f32())  # returns: the device has not run its updater yet
+    graphs.fail_device = seq._plan.nodes[0].handle
+    graphs.run_pending()
+    with pytest.raises(lp.LaunchpadError, match=r"failed in replay 1 \(sequence input 'x'"):
+        seq.check()
+    seq2 = graphs.record(lambda x, y: axpy[1, N](1.0, x, y, N), f32(), f32())
+    graphs.fail_device = None
+    seq2(f32())
+    graphs.fail_device = seq2._plan.nodes[0].handle
+    graphs.run_pending()
+    with pytest.warns(lp.LaunchpadWarning, match=r"released whose replay 1 failed a device-side update \(cudaError_t "
+                      r"801\): that replay's results and every later one's were wrong"):  # fmt: skip
+        seq2.close()
+    with pytest.raises(lp.LaunchpadError, match=r"^this sequence is closed"):
+        seq2(f32())
+
+
+def test_a_node_the_driver_will_not_update_from_the_device_is_updated_from_the_host(module, fake_gpu, monkeypatch):
+    """The cuTile case: before the first replay every device-side update is tried once (outside the
+    graph, on a ring of its own); a node the driver refuses is updated from the host, so the first
+    replay is right, and the sequence's own ring and counter are untouched by the check."""
+    graphs = FakeGraphs(fake_gpu, monkeypatch, device_updates=True)
+    axpy = graphs.fake.install(module["axpy"])
+    refused = []
+    original = graphs._make_updatable
+
+    def updatable(handle):  # the second axpy's node: the driver makes it device-updatable, then refuses updates
+        devnode = original(handle)
+        if len(graphs.devnodes) % 2 == 0:
+            refused.append(handle)
+        return devnode
+
+    monkeypatch.setattr(_driver, "make_device_updatable", updatable)
+    graphs.refuse_device_updates = refused
+    seq = graphs.record(lambda x, y: (axpy[1, N](1.0, x, y, N), axpy[1, N](2.0, y, x, N))[0], f32(), f32())
+    assert [i for i, _ in seq.refused_device_updates] == [1] and seq.refused_device_updates[0][1] == 801
+    assert seq._staged.ring.consumed == 0 and int(seq._staged.ring.counter[0]) == 0
+    assert "node 1 (kernel 'axpy'): updated from the host (the driver refused a device-side update of it when the " \
+        "sequence was made: cudaError_t 801)" in seq.explain()  # fmt: skip
+    for _ in range(3):
+        x2, y2 = f32(), f32()
+        seq(x2, y2)
+        assert axpy_reads(graphs, seq, 0)[1:3] == (x2.data_ptr(), y2.data_ptr())
+        assert axpy_reads(graphs, seq, 1)[1:3] == (y2.data_ptr(), x2.data_ptr())
+    seq.check()
+    assert set(graphs.host_updates) == {seq._plan.nodes[1].handle}
+
+
+def test_a_slot_written_for_another_launch_is_a_failure_not_its_values(module, fake_gpu, monkeypatch):
+    """The host's count of launches drifting from the device's (a launch it did not count): the updater
+    reads a slot stamped for another launch and applies nothing, and the replay says so."""
+    graphs = FakeGraphs(fake_gpu, monkeypatch, device_updates=True)
+    axpy = graphs.fake.install(module["axpy"])
+    seq = graphs.record(lambda x, y: axpy[1, N](1.0, x, y, N), f32(), f32())
+    x2 = f32()
+    seq(x2)
+    graphs._launch(seq._exec, 0x5000)  # a launch the host did not count (as torch's replay falling back could)
+    before = graphs.reads(seq, 0)
+    with pytest.raises(lp.LaunchpadError, match=r"failed in replay 2 \(the ring slot it read was written for another "
+                       r"launch \(the host's count of launches drifted\)\)"):  # fmt: skip
+        seq(f32())
+    assert graphs.reads(seq, 0) == before and axpy_reads(graphs, seq, 0)[1] == x2.data_ptr()
+
+
+def test_a_left_out_input_whose_tensor_moved_is_followed(module, graphs):
+    """A left-out input keeps its tensor, not its address: ``x.set_()``, a reallocating ``resize_`` or
+    ``x.data = ...`` moves what the graph must read (its old memory may be freed): the next replay
+    follows it, checked as a given tensor would be."""
+    axpy = graphs.fake.install(module["axpy"])
+    x = f32()
+    seq = graphs.record(lambda x, y: axpy[1, N](1.0, x, y, N), x, f32())
+    for move in (lambda: x.set_(f32()), lambda: setattr(x, "data", f32())):
+        move()
+        seq(y=f32())
+        assert axpy_reads(graphs, seq, 0)[1] == x.data_ptr()
+    x.resize_(2 * N)  # reallocated, and no longer the recorded shape: refused, nothing changed
+    before = graphs.reads(seq, 0)
+    with pytest.raises(lp.ArgumentError, match=r"sequence input 'x' has shape \(128,\)"):
+        seq(y=f32())
+    assert graphs.reads(seq, 0) == before
 
 
 def test_a_step_that_draws_random_numbers_replays_through_torchs_graph(module, graphs):

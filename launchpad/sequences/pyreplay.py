@@ -30,9 +30,18 @@ from ..launch.executor import SK_INT, SK_UINT
 from .analysis import Leaf, Use
 from .outputs import Index
 from .scalars import scalar_bytes
-from .updates import DEVICE, Target
+from .updates import DEVICE, DRIFT, Target
 
-__all__ = ["ReplayState", "allocators", "build", "explain", "replay_for", "replay_state", "state_of"]
+__all__ = [
+    "ReplayState",
+    "allocators",
+    "build",
+    "failure_message",
+    "refuse_broken",
+    "replay_for",
+    "replay_state",
+    "state_of",
+]
 
 #: ``Sequence._state`` words: launches so far, and "broken".
 LAUNCHES, BROKEN = range(2)
@@ -61,6 +70,7 @@ class ReplayState:
     views: dict[str, list[Leaf]]  # per input: returned views whose byte position a new value may not allow
     snapshot: bool  # whether the result holds inputs: the current values are taken under the lock
     launch: Callable[[], Any] | None  # torch's graph replay (random numbers: it moves the generators), or None
+    layouts: list[tuple | None]  # per input: a tensor's recorded (dtype, shape, strides); None for a number
 
 
 def replay_state(seq: Any) -> ReplayState:
@@ -96,7 +106,9 @@ def replay_state(seq: Any) -> ReplayState:
     return ReplayState(words, uses, inputs, outputs, entries, entry_of, hosts, seq._ring,
                        getattr(seq, "_positional", len(seq.inputs)), tuple(getattr(seq, "_parameters", seq.inputs)),
                        views, any(leaf.kind == "input" for leaf in seq._plan.leaves),
-                       seq._graph.replay if getattr(seq, "_rng", False) else None)  # fmt: skip
+                       seq._graph.replay if getattr(seq, "_rng", False) else None,
+                       [(v.dtype, v.shape, v.stride()) if isinstance(v, torch.Tensor) else None
+                        for v in seq._current])  # fmt: skip
 
 
 def state_of(seq: Any) -> ReplayState:
@@ -122,8 +134,9 @@ def replay_for(seq: Any) -> Callable[..., Any]:
 
 def replay(seq: Any, args: tuple, kwargs: dict) -> Any:
     st: ReplayState = seq._staged
-    _refuse_broken(seq, st)
+    refuse_broken(seq, st)
     new = _named(seq, st, args, kwargs)
+    _follow_left_out(seq, st, new)
     device = _checks.device_of_launch(None)
     if device != seq.device:
         raise ArgumentError(f"this sequence was recorded on cuda:{seq.device}, but the current device is "
@@ -138,7 +151,7 @@ def replay(seq: Any, args: tuple, kwargs: dict) -> Any:
         first, uses = st.inputs[pos]
         old = seq._current[pos]
         if isinstance(old, torch.Tensor):
-            _check_tensor(seq, name, old, value)
+            _check_tensor(seq, name, st.layouts[pos], value)
             if name in st.views:
                 _check_views(name, value, st.views[name])
             address = value.data_ptr()
@@ -161,23 +174,48 @@ def replay(seq: Any, args: tuple, kwargs: dict) -> Any:
             seq._current[pos] = value
         current = tuple(seq._current) if st.snapshot else None  # (another replay may change them once unlocked)
     del replaced  # (released unlocked: a finalizer of theirs may replay this sequence)
+    if st.ring is not None and st.ring.failure is not None:  # known already: this result is not returned as good
+        refuse_broken(seq, st)
     return build(seq, fresh, current)
 
 
-def _refuse_broken(seq: Any, st: ReplayState) -> None:
+def _follow_left_out(seq: Any, st: ReplayState, new: dict[str, Any]) -> None:
+    """A tensor input left out whose tensor changed since the graph was pointed at it (``x.set_()``, a
+    ``resize_``, ``x.data = ...``: other memory, or another layout) is taken as given: checked, and
+    followed."""
+    for pos, name in enumerate(seq.inputs):
+        current, (first, uses) = seq._current[pos], st.inputs[pos]
+        if name not in new and uses and isinstance(current, torch.Tensor):
+            layout = (current.dtype, current.shape, current.stride())
+            if current.data_ptr() + uses[0].delta != st.words[first] or layout != st.layouts[pos]:
+                new[name] = current
+
+
+def failure_message(seq: Any, st: ReplayState) -> str | None:
+    """What a failed device-side update of ``seq`` did, or None where none has failed."""
     failure = st.ring.failure if st.ring is not None else None
-    if failure is not None:
+    if failure is None:
+        return None
+    entry, error, launch = failure
+    what = f"cudaError_t {error}"
+    if entry == DRIFT:
+        what = "the ring slot it read was written for another launch (the host's count of launches drifted)"
+    elif 0 <= entry < len(st.entries):
+        u = st.entries[entry]
+        owner = next((f"sequence input {name!r}" for name, (first, uses) in zip(seq.inputs, st.inputs)
+                      if first <= u < first + len(uses)), "an output")  # fmt: skip
+        use = st.uses[u]
+        what = f"{owner}, read by {seq._targets[use.node].name}, {use.label}: {what}"
+    return (f"a device-side update of this sequence failed in replay {launch + 1} ({what}); that replay and every one "
+            "after it ran with stale node values (their results are wrong), and the updater applies none since: "
+            "record it again")  # fmt: skip
+
+
+def refuse_broken(seq: Any, st: ReplayState) -> None:
+    message = failure_message(seq, st)
+    if message is not None:
         seq._state[BROKEN] = 1
-        entry, error = failure
-        where = ""
-        if 0 <= entry < len(st.entries):
-            u = st.entries[entry]
-            owner = next((f"sequence input {name!r}" for name, (first, uses) in zip(seq.inputs, st.inputs)
-                          if first <= u < first + len(uses)), "an output")  # fmt: skip
-            use = st.uses[u]
-            where = f" ({owner}, read by {seq._targets[use.node].name}, {use.label}: cudaError_t {error})"
-        raise LaunchpadError(f"a device-side update of this sequence failed{where}; the updater applies none since, so "
-                             "its nodes may hold stale values: record it again")  # fmt: skip
+        raise LaunchpadError(message)
     if seq._state[BROKEN]:
         raise LaunchpadError("this sequence's graph could not be restored after a failed update: record it again")
 
@@ -205,17 +243,19 @@ def _where(seq: Any, name: str, use: Use) -> str:
     return f"sequence input {name!r}, read by {seq._targets[use.node].name}, {use.label}"
 
 
-def _check_tensor(seq: Any, name: str, old: torch.Tensor, value: Any) -> None:
+def _check_tensor(seq: Any, name: str, layout: Any, value: Any) -> None:
+    """``value`` against the input's recorded ``(dtype, shape, strides)``, on the sequence's device."""
     if not isinstance(value, torch.Tensor):
         raise ArgumentTypeError(f"sequence input {name!r} is a tensor, got {_checks.describe(value)}")
+    dtype, shape, stride = layout
     problem = (
-        f"is on {value.device}, not cuda:{seq.device}" if value.get_device() != old.get_device() else
-        f"is {value.dtype}" if value.dtype != old.dtype else
-        f"has shape {tuple(value.shape)}" if value.shape != old.shape else
-        f"has strides {value.stride()}" if value.stride() != old.stride() else ""
+        f"is on {value.device}, not cuda:{seq.device}" if value.get_device() != seq.device else
+        f"is {value.dtype}" if value.dtype != dtype else
+        f"has shape {tuple(value.shape)}" if value.shape != shape else
+        f"has strides {value.stride()}" if value.stride() != stride else ""
     )  # fmt: skip
     if problem:  # (the message is built only here: this check runs on every replay)
-        recorded = f"recorded with a {old.dtype} tensor of shape {tuple(old.shape)}, strides {old.stride()}"
+        recorded = f"recorded with a {dtype} tensor of shape {tuple(shape)}, strides {stride}"
         raise ArgumentError(f"sequence input {name!r} {problem}; it was {recorded} (shapes and layouts decide "
                             "grids and kernels: record again for another)")  # fmt: skip
 
@@ -267,7 +307,7 @@ def _apply(seq: Any, st: ReplayState, changes: list[tuple[int, int]], stream: in
         if launch - ring.consumed >= ring.slots:  # the slot's last launch has not started: wait for the device
             ring.wait(launch)
             if ring.failure is not None:
-                _refuse_broken(seq, st)
+                refuse_broken(seq, st)
         values = [words[u] for u in st.entries]  # the full state: what no one changes now as last written
         for u, word in changes:
             if st.entry_of[u] >= 0:
@@ -369,31 +409,3 @@ def _fill(template: Any, leaves: list[Any]) -> Any:
     if isinstance(template, dict):
         return {k: _fill(t, leaves) for k, t in template.items()}
     return template
-
-
-def explain(seq: Any) -> str:
-    """What :meth:`Sequence.explain` prints."""
-    plan = seq._plan
-    kinds = {t.kind for t in seq._targets.values()}
-    how = "from the device (launchpad's updater node reads each replay's changes)" if DEVICE in kinds else \
-        "from the host (cuGraphExec*SetParams)"  # fmt: skip
-    lines = [f"{seq!r}", f"nodes are updated {how}" + (f"; no device-side updates: {seq.update_note}"
-                                                        if seq.update_note and DEVICE not in kinds else "")]  # fmt: skip
-    for name, p in plan.inputs.items():
-        places = "; ".join(f"{seq._targets[u.node].name}, {u.label}" for u in p.uses)
-        if p.copy:
-            lines.append(f"input {name!r}: copied into the sequence's own buffer before each replay"
-                         + (" and back after it" if p.writes else "") + f", because {p.copy}")  # fmt: skip
-        else:
-            lines.append(f"input {name!r}: written into {len(p.uses)} place(s): {places}")
-    for k, leaf in enumerate(plan.leaves):
-        if leaf.kind == "storage":
-            s = plan.storages[leaf.storage]
-            why = f"copied there at the graph's end, because {s.copy}" if s.copy else \
-                f"written there by {len(s.uses)} re-pointed place(s)"  # fmt: skip
-            lines.append(f"output {k}: new memory each replay, {why}")
-        elif leaf.kind == "input":
-            lines.append(f"output {k}: input {leaf.input!r} (or a view of it)")
-        else:
-            lines.append(f"output {k}: memory the function was given (the same tensor each replay)")
-    return "\n".join(lines)

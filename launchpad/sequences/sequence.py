@@ -33,6 +33,7 @@ import functools
 import inspect
 import threading
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import replace
@@ -42,15 +43,17 @@ import numpy as np
 import torch
 
 from ..core import driver as _driver
-from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError, RecordError
+from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError, LaunchpadWarning, RecordError
 from ..launch import checks as _checks
 from ..launch import executor as _executor
 from . import capture as _capture
 from . import creplay as _creplay
+from . import distributed as _distributed
 from . import pyreplay as _pyreplay
 from . import updates as _updates
 from .analysis import Plan, Use, analyze
 from .capture import Capture, failure, far_probe, probe, residue_probe, rewrapped
+from .explain import explain as _explain
 from .kept import keep
 from .outputs import classify
 from .structure import same_structure
@@ -58,7 +61,7 @@ from .structure import same_structure
 __all__ = ["RecordError", "Sequence", "record"]
 
 
-def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled: bool | None = None,
+def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, compiled: bool | None = None,
            generators: Iterable[torch.Generator] = (), **kwargs: Any) -> Sequence:  # fmt: skip
     """Record the launches of ``fn(*args, **kwargs)`` once; return a :class:`Sequence` that
     replays them with new arguments and returns what ``fn`` returns.
@@ -71,11 +74,13 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
         tensor or a scalar (int, float, bool). Values that decide what ``fn`` launches (a grid
         size, a shape, a branch) are not inputs: bind them with ``functools.partial`` or a
         closure. It may return tensors (alone, or in tuples, lists and dicts) and None.
-    warmup : bool
+    warmup : bool or int
         Run ``fn`` once as it is before recording (default), as torch's CUDA graphs ask: kernels
         load, Triton compiles and autotunes, outside the capture. That run's effects are real. It
         runs with torch's sync debug mode set to "error", so that a step that waits for the host
-        (``.item()``, ``.cpu()``, a branch on a tensor's value) is refused before any capture.
+        (``.item()``, ``.cpu()``, a branch on a tensor's value) is refused before any capture. A step
+        that runs a DistributedDataParallel module is run 11 times (its reducer's first iterations
+        wait for the host; :mod:`launchpad.sequences.distributed`); an int runs it that many times.
     compiled : bool, optional
         Replay through the compiled module (True), the Python replay (False), or the compiled one
         where it is built and not switched off by ``LAUNCHPAD_PYTHON_LAUNCH=1`` (None).
@@ -97,8 +102,15 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
     device = _checks.device_of_launch(None)
     for name, value in values.items():
         values[name] = _input_value(name, value, device)
-    generators = tuple(generators)
-    rng = _warm_up(fn, values, device) if warmup else True  # (without a warm-up: assume it draws)
+    with _distributed.prepared(fn, values, device, warmup) as steps:  # (what DDP needs: see distributed.py)
+        made = _record(fn, values, device, steps, compiled, tuple(generators), (positional, parameters))
+    return _distributed.track(made)  # (closed before a process group is destroyed, if it holds NCCL work)
+
+
+def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: _distributed.Steps,
+            compiled: bool | None, generators: tuple, signature: tuple[int, tuple[str, ...]]) -> Sequence:  # fmt: skip
+    """:func:`record` once its inputs are checked: the warm-up, the captures and the analysis."""
+    rng = steps.warm_up(functools.partial(_warm_up, fn, values, device)) if steps.runs else True  # (none: it may draw)
     take = functools.partial(_capture.capture, generators=generators)
     base = take(fn, values)
     decoys = [probe(v) for v in values.values() if isinstance(v, torch.Tensor)]  # the allocations a probe makes
@@ -152,7 +164,7 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool = True, compiled:
     del base, control, probes, fars, lates
     seconds.clear()
     return Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators,
-                    signature=(positional, parameters))  # fmt: skip
+                    signature=signature)  # fmt: skip
 
 
 def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, Any], int, tuple[str, ...]]:
@@ -175,10 +187,13 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, 
     return dict(bound.arguments), positional, tuple(signature.parameters)
 
 
-def _warm_up(fn: Callable[..., Any], values: dict[str, Any], device: int) -> bool:
-    """Run ``fn`` once as it is, with torch's sync debug mode at "error": a step that waits for the
-    host is refused here, before any capture could fail on it. Whether it drew random numbers."""
+def _warm_up(fn: Callable[..., Any], values: dict[str, Any], device: int, checked: bool = True) -> bool:
+    """Run ``fn`` once as it is, with torch's sync debug mode at "error" where ``checked``: a step that
+    waits for the host is refused here, before any capture could fail on it. Whether it drew random numbers."""
     before = _random_offset(device)
+    if not checked:  # (a DDP step's earlier warm-ups: its reducer waits for the host in them)
+        fn(**values)
+        return _random_offset(device) != before
     for attempt in range(2):
         try:
             with _no_host_sync():
@@ -288,12 +303,33 @@ class Sequence:
         self._template = self._plan.template
         self._allocators = _pyreplay.allocators(self)
         self._modules = [n.module for n in self._plan.nodes if n.module is not None]  # kernels stay loaded
-        weakref.finalize(self, _drain, self._state, self.device, self._graph, self._ring)
+        self._finalizer = weakref.finalize(self, _drain, self._state, self.device, self._graph, self._ring)
         self._staged = _pyreplay.replay_state(self)  # what both replays share: the last word of every use
+        #: Nodes the driver would not update from the device (updated from the host): ``(node, cudaError_t)``.
+        self.refused_device_updates: list[tuple[int, int]] = []
+        if function and kept.ring is not None:
+            self._host_update_refused(function)
         use = _executor.launch_path()[0] == "compiled" if compiled is None else compiled
         self._replay: Callable[..., Any] = _pyreplay.replay_for(self)
         if use:
             self._replay = _creplay.compiled_replay(self, self._replay) or self._replay
+
+    def _host_update_refused(self, function: int) -> None:
+        """Try every device-side update once before any replay (:func:`launchpad.sequences.updates.refused_nodes`):
+        a node the driver refuses is updated from the host instead, so no replay depends on an update never tried."""
+        st = self._staged
+        devnodes = {t.devnode: t.index for t in self._targets.values() if t.kind == _updates.DEVICE}
+        entries = [(self._targets[st.uses[u].node].devnode, st.uses[u].offset, st.uses[u].size, st.words[u])
+                   for u in st.entries]  # fmt: skip
+        refused = _updates.refused_nodes(function, entries, self.device, _checks.current_raw_stream(self.device))
+        if not refused:
+            return
+        for devnode, error in refused.items():
+            index = devnodes[devnode]
+            self._targets[index] = _updates.host_target(index, self._plan.nodes[index], self.device)
+            self.refused_device_updates.append((index, error))
+        self.refused_device_updates.sort()
+        self._staged = _pyreplay.replay_state(self)  # (the ring's entries again, without the refused nodes)
 
     def _target(self, index: int, ring: Any) -> _updates.Target:
         node = self._plan.nodes[index]
@@ -310,7 +346,7 @@ class Sequence:
     def explain(self) -> str:
         """How each input and output is followed: the nodes re-pointed, the copies and why, and
         whether the graph's nodes are updated from the device or the host."""
-        return _pyreplay.explain(self)
+        return _explain(self)
 
     @property
     def replay_path(self) -> str:
@@ -321,6 +357,46 @@ class Sequence:
         """Replay with the arguments given (see the class documentation)."""
         return self._replay(*args, **kwargs)
 
+    def check(self) -> None:
+        """Raise :class:`LaunchpadError` if a device-side update of a replay so far has failed.
+
+        A replay changes the graph's nodes from the device where it can; a failure there is known
+        only once the GPU has run that replay's updater (a replay that already knows it raises
+        instead of returning). This waits, without synchronizing the device, until the updater has
+        run for every replay launched, then raises where one failed: that replay's results and every
+        later one's are wrong. Host-side updates raise in the replay itself.
+        """
+        if self._closed:
+            raise LaunchpadError("this sequence is closed")
+        ring = self._staged.ring
+        if ring is not None:
+            ring.wait(int(self._state[_pyreplay.LAUNCHES]) + ring.slots - 1)  # (the updater ran every launch so far)
+            if ring.failure is not None:
+                with self._lock:
+                    _pyreplay.refuse_broken(self, self._staged)
+
+    def close(self) -> None:
+        """Release the graph, its memory pool, the ring and the tensors the sequence holds, after
+        the device has finished its replays (a device-wide synchronization). Later replays raise.
+        Idempotent; also what leaving a ``with`` block does, and what collection does."""
+        if self._closed:
+            return
+        with self._lock:
+            self._closed = True
+            self._replay = _refuse_closed
+            self._staged = None
+            self._targets, self._statics, self._holders, self._current = {}, {}, {}, []
+            self._graph = self._ring = None
+            self._finalizer()
+
+    def __enter__(self) -> Sequence:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    _closed = False
+
     #: torch's current stream on a device, for the compiled replay (None: it asks DLPack itself).
     _get_stream: Any = None
 
@@ -329,14 +405,25 @@ def _all_uses(plan: Plan) -> list[Use]:
     return [u for p in plan.inputs.values() for u in p.uses] + [u for s in plan.storages for u in s.uses]
 
 
+def _refuse_closed(*args: Any, **kwargs: Any) -> Any:
+    raise LaunchpadError("this sequence is closed: record the step again")
+
+
 def _drain(state: Any, device: int, graph: Any, ring: Any) -> None:
     """Before the graph, its memory pool and the ring go: let the device finish the last launch (its
     updater reads the ring; its kernels use the pool, which the allocator may hand out again once the
     graph is gone). The device, not the launch's stream: that stream may be gone already (a thread's
-    own)."""
+    own). A failed device-side update no replay or :meth:`Sequence.check` reported warns."""
     if state[0]:
         try:
             _driver.synchronize_device(device)
         except Exception:  # a finalizer raises nothing; a dead context has nothing left to run
             pass
+    failure = ring.failure if ring is not None else None
+    if failure is not None and not state[1]:
+        warnings.warn(f"a launchpad sequence is released whose replay {failure[2] + 1} failed a device-side update "
+                      f"(cudaError_t {failure[1]}): that replay's results and every later one's were wrong",
+                      LaunchpadWarning, stacklevel=2)  # fmt: skip
+    if graph is not None and hasattr(graph, "reset"):
+        graph.reset()  # (torch's CUDAGraph: its executable, its graph and its pool's memory, now)
     del graph

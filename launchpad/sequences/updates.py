@@ -12,13 +12,30 @@ launches the graph; the updater node reads the slot of its launch and applies it
 makes no driver call besides ``cuGraphLaunch``, and the GPU pays one small kernel instead of the
 re-upload of every node changed from the host (measured on an H100 in
 an experiment (``benchmarks/experiments/graph_updates.py`` at f9f7baf, since removed): a 20-node step with new tensors, 27.9 against
-32.0 us per step). The ring's first word is the number of launches the updater has consumed: a
-replay that finds its slot's last launch not started waits for it by polling that word (never by
-synchronizing the context or the device, which would invalidate another thread's stream capture).
-The second word is zero, or the first failed update (its entry << 32 | the ``cudaError_t``): the
-updater then applies nothing more (a trap would kill the process's CUDA context), and every later
-replay refuses. The updater is compiled once per process (NVRTC, then nvJitLink with CUDA's device
-runtime, ``libcudadevrt.a``).
+32.0 us per step).
+
+The ring's header is three words:
+
+1. the number of launches the updater has consumed: a replay that finds its slot's last launch
+   not started waits for it by polling that word (never by synchronizing the context or the
+   device, which would invalidate another thread's stream capture);
+2. zero, or the first failed update (its entry << 32 | the ``cudaError_t``; entry
+   :data:`DRIFT` where a slot was written for another launch than the one that read it): the
+   updater then applies nothing more (a trap would kill the process's CUDA context), and every
+   later replay refuses;
+3. the launch that failed.
+
+Each slot's first word is its entry count | the launch it was written for << 32 (the low 32 bits
+of the launch number): the updater applies a slot only where that stamp is its own launch's, so
+a host whose count of launches drifted from the device's (a launch the host did not count, or
+counted twice) is a failure, never another launch's values applied.
+
+Before a sequence's first replay, :func:`refused_nodes` runs the updater once outside the graph on
+a ring of its own holding the recorded values (an update that changes nothing) and reads its
+status: a node the driver will not update from the device (a cuTile kernel's, on CUDA 13.0) is
+updated from the host instead, so that no replay depends on an update never tried. The updater
+is compiled once per process (NVRTC, then nvJitLink with CUDA's device runtime,
+``libcudadevrt.a``).
 
 **From the host** (a copy or memset node, a kernel node the driver will not make device-updatable,
 or no device runtime): the node's whole parameter block (or ``CUDA_MEMCPY3D``,
@@ -42,40 +59,67 @@ from ..core.params import parameter_block
 from ..errors import LaunchpadError
 from ..launch import checks as _checks
 
-__all__ = ["DEVICE", "KERNEL", "MEMCPY", "MEMSET", "SLOTS", "Ring", "Target", "updater"]
+__all__ = [
+    "DEVICE",
+    "DRIFT",
+    "HEADER",
+    "KERNEL",
+    "MEMCPY",
+    "MEMSET",
+    "SLOTS",
+    "Ring",
+    "Target",
+    "refused_nodes",
+    "updater",
+]
 
 #: Target kinds, as ``replay.c`` numbers them.
 DEVICE, KERNEL, MEMCPY, MEMSET = range(4)
 #: Slots of the ring: how many replays the host may run ahead of the GPU's updater.
 SLOTS = 128
+#: Words of the ring before its first slot: launches consumed, the first failure, the launch that failed.
+HEADER = 3
+#: The failure's entry where a slot was written for another launch (its stamp is not the updater's launch).
+DRIFT = 0xFFFFFFFF
 #: Sizes of the copy nodes' parameter structs (``CUDA_MEMCPY3D``, ``CUDA_MEMSET_NODE_PARAMS``).
 _COPY_PARAMS = {"memcpy": 200, "memset": 40}
 
 UPDATER_SOURCE = r"""
 // launchpad's updater node: applies one ring slot's entries to the graph's device-updatable nodes.
-// ring: [launches consumed, the first failure (entry << 32 | error; 0: none), then a slot per launch: its
-// entry count and `capacity` entries of three words: the device node, offset | size << 32, the value (up
-// to 8 bytes)]. counter: launches so far. Each thread loads its entry and the count together (one round
-// trip to host memory), then applies it.
+// ring: [launches consumed, the first failure (entry << 32 | error; 0: none), the launch that failed, then a
+// slot per launch: its entry count | the launch it was written for << 32, and `capacity` entries of three
+// words: the device node, offset | size << 32, the value (up to 8 bytes)]. counter: launches so far. Each
+// thread loads its entry and the slot's head together (one round trip to host memory), then applies it.
 extern "C" __global__ void launchpad_apply_updates(unsigned long long* ring, unsigned long long* counter,
                                                    unsigned int slots, unsigned int capacity) {
     unsigned long long launch = *counter;
-    const unsigned long long* slot = ring + 2 + (launch % slots) * (1 + 3ull * capacity);
+    const unsigned long long* slot = ring + 3 + (launch % slots) * (1 + 3ull * capacity);
     volatile unsigned long long* failure = ring + 1;
     for (unsigned int i = threadIdx.x; i < capacity; i += blockDim.x) {
         const unsigned long long* e = slot + 1 + 3ull * i;
-        unsigned long long node = e[0], where = e[1], value = e[2], count = slot[0], failed = *failure;
+        unsigned long long node = e[0], where = e[1], value = e[2], head = slot[0], failed = *failure;
         // after a failure nothing more is applied: the host refuses every later replay (a trap would kill
         // the process's CUDA context)
-        if (i >= count || failed) break;
+        if (failed) break;
+        if (head >> 32 != (launch & 0xffffffffull)) {  // written for another launch: the host's count drifted
+            if (threadIdx.x == 0) {
+                ring[2] = launch;
+                *failure = 0xffffffffull << 32;
+                __threadfence_system();
+            }
+            break;
+        }
+        if (i >= (head & 0xffffffffull)) break;
         cudaError_t err = cudaGraphKernelNodeSetParam((cudaGraphDeviceNode_t)node, where & 0xffffffffull, &value,
                                                       where >> 32);
         if (err != cudaSuccess) {  // (several threads may fail at once: any one of them is recorded)
+            ring[2] = launch;
             *failure = (unsigned long long)i << 32 | (unsigned int)err;
             __threadfence_system();  // seen by the host before the slot is given back
             break;
         }
     }
+    __threadfence();  // the nodes' new parameters visible before any node starts (a programmatic dependent too)
     __syncthreads();
     if (threadIdx.x == 0) {
         *counter = launch + 1;
@@ -114,10 +158,11 @@ class Ring:
         self.device = device
         self.slots, self.capacity = slots, max(capacity, 1)
         self.stride = 1 + 3 * self.capacity
+        self.count = 0  # entries in each slot (fill)
         pinned = torch.cuda.is_available()  # (not in tests on the fake GPU, whose "device" is the CPU)
-        self.memory = torch.zeros(2 + slots * self.stride, dtype=torch.int64, pin_memory=pinned)
+        self.memory = torch.zeros(HEADER + slots * self.stride, dtype=torch.int64, pin_memory=pinned)
         self.counter = torch.zeros(1, dtype=torch.int64, device=f"cuda:{device}" if device >= 0 else "cpu")
-        self.words = (ctypes.c_uint64 * (2 + slots * self.stride)).from_address(self.memory.data_ptr())
+        self.words = (ctypes.c_uint64 * (HEADER + slots * self.stride)).from_address(self.memory.data_ptr())
         self._args = [ctypes.c_void_p(self.memory.data_ptr()), ctypes.c_void_p(self.counter.data_ptr()),
                       ctypes.c_uint32(slots), ctypes.c_uint32(self.capacity)]  # fmt: skip
         self._params = (ctypes.c_void_p * 4)(*[ctypes.addressof(a) for a in self._args])
@@ -127,36 +172,48 @@ class Ring:
         return int(self.words[0])
 
     @property
-    def failure(self) -> tuple[int, int] | None:
-        """The first device-side update that failed: ``(entry, cudaError_t)``; None while none has."""
+    def failure(self) -> tuple[int, int, int] | None:
+        """The first device-side update that failed: ``(entry, cudaError_t, launch)`` (entry
+        :data:`DRIFT`: a slot written for another launch); None while none has."""
         word = int(self.words[1])
-        return (word >> 32, word & 0xFFFFFFFF) if word else None
+        return (word >> 32, word & 0xFFFFFFFF, int(self.words[2])) if word else None
 
     def prologue(self, function: int) -> None:
         """Launch the updater on torch's current stream (inside the capture: its first node)."""
-        stream = _checks.current_raw_stream(self.device)
+        self.launch(function, _checks.current_raw_stream(self.device))
+
+    def launch(self, function: int, stream: int) -> None:
+        """Launch the updater on ``stream``: it applies the slot of its launch (the counter's)."""
         _driver.launch_kernel(function, (1, 1, 1), (128, 1, 1), 0, stream, ctypes.addressof(self._params))
 
     def slot(self, launch: int) -> int:
-        """The word where launch ``launch``'s slot starts (its count; its entries follow)."""
-        return 2 + (launch % self.slots) * self.stride
+        """The word where launch ``launch``'s slot starts (its head; its entries follow)."""
+        return HEADER + (launch % self.slots) * self.stride
 
     def fill(self, entries: list[tuple[int, int, int]]) -> None:
         """Write the ``(device node, offset, size)`` of every entry, and their count, into every slot,
-        once: a replay then writes only the entries' values."""
+        once: a replay then writes only the entries' values and the slot's head. Each slot's stamp
+        is a launch before any that uses it (no slot is taken for its launch until it is written)."""
         if len(entries) > self.capacity:  # (a slot holds every use of every input and output at once)
             raise LaunchpadError(f"{len(entries)} node updates do not fit a ring slot of {self.capacity}")
+        self.count = len(entries)
         for launch in range(self.slots):
             base = self.slot(launch)
             for k, (devnode, offset, size) in enumerate(entries):
                 self.words[base + 1 + 3 * k] = devnode
                 self.words[base + 2 + 3 * k] = offset | size << 32
-            self.words[base] = len(entries)
+            self.words[base] = self.head(launch - self.slots)
+
+    def head(self, launch: int) -> int:
+        """A slot's first word for launch ``launch``: the entry count, the launch's stamp."""
+        return self.count | (launch & 0xFFFFFFFF) << 32
 
     def put(self, launch: int, values: list[Any]) -> None:
-        """The value of every entry (as :meth:`fill` ordered them) into the slot of launch ``launch``."""
+        """The value of every entry (as :meth:`fill` ordered them) into the slot of launch ``launch``,
+        then its head (stamped with the launch)."""
         base = self.slot(launch)
         self.words[base + 3 : base + 3 + 3 * len(values) : 3] = values
+        self.words[base] = self.head(launch)
 
     def wait(self, launch: int) -> None:
         """Until launch ``launch``'s slot is free (the updater has started the launch that used it
@@ -166,6 +223,35 @@ class Ring:
         while launch - self.words[0] >= self.slots and not self.words[1]:
             time.sleep(pause)  # (the GIL goes: the thread that launches, and the device, go on)
             pause = min(2 * pause or 1e-6, 1e-3)
+
+
+def refused_nodes(function: int, entries: list[tuple[int, int, int, int]], device: int,
+                  stream: int) -> dict[int, int]:  # fmt: skip
+    """The device nodes the driver will not update from the device, each with its ``cudaError_t``.
+
+    ``entries`` are ``(device node, offset, size, recorded value)``: the updater applies them once,
+    outside the graph, from a ring of one slot of its own (the sequence's ring and counter are left
+    as they are), an update that changes nothing. The updater stops at the first failure: the
+    failed node's entries go, and it runs again on the rest, until none fails. Synchronizes
+    ``stream`` (where the graph was uploaded) after each run.
+    """
+    refused: dict[int, int] = {}
+    while True:
+        left = [e for e in entries if e[0] not in refused]
+        if not left:
+            return refused
+        probe = Ring(device, len(left), slots=1)
+        probe.fill([e[:3] for e in left])
+        probe.put(0, [e[3] for e in left])
+        probe.launch(function, stream)
+        _driver.synchronize(stream)
+        failure = probe.failure
+        if failure is None:
+            return refused
+        entry, error, _ = failure
+        if entry >= len(left):  # (a drift in a ring of one launch: not the nodes' doing)
+            raise LaunchpadError(f"launchpad's updater failed its check before any replay (word {probe.words[1]:#x})")
+        refused[left[entry][0]] = error
 
 
 @dataclass

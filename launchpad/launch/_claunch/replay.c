@@ -82,17 +82,24 @@ static int bind(Replay *self, Py_ssize_t nargs, PyObject *kwnames, Call *c) {
     return LP_OK;
 }
 
+/* Read a tensor and check it against an input: its device, dtype, shape and strides. */
+static int read_as_recorded(Replay *self, const Input *in, PyObject *value, DLTensor *t) {
+    if (lp_read_tensor(self->api, self->tensor_types, value, t) != LP_OK || !lp_on_device(t, self->device) ||
+        lp_dtype_word(t) != in->dtype || t->ndim != in->ndim)
+        return LP_FALLBACK;
+    int64_t expected = 1;
+    for (int d = t->ndim - 1; d >= 0; d--) {  /* no strides: compact row-major */
+        if (t->shape[d] != in->shape[d] || (t->strides ? t->strides[d] : expected) != in->strides[d])
+            return LP_FALLBACK;
+        expected *= t->shape[d];
+    }
+    return LP_OK;
+}
+
 /* Check a new tensor against an input and stage each use's pointer. */
 static int stage_tensor(Replay *self, const Input *in, PyObject *value, uint64_t *staged) {
     DLTensor t;
-    if (lp_read_tensor(self->api, self->tensor_types, value, &t) != LP_OK || !lp_on_device(&t, self->device) ||
-        lp_dtype_word(&t) != in->dtype || t.ndim != in->ndim)
-        return LP_FALLBACK;
-    int64_t expected = 1;
-    for (int d = t.ndim - 1; d >= 0; d--) {  /* no strides: compact row-major */
-        if (t.shape[d] != in->shape[d] || (t.strides ? t.strides[d] : expected) != in->strides[d]) return LP_FALLBACK;
-        expected *= t.shape[d];
-    }
+    if (read_as_recorded(self, in, value, &t) != LP_OK) return LP_FALLBACK;
     uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
     const Use *uses = self->uses + in->first;
     for (Py_ssize_t u = 0; u < in->nuses; u++) {
@@ -120,6 +127,24 @@ static int stage_inputs(Replay *self, PyObject *const *args, Call *c) {
         const Input *in = &self->inputs[c->given[j]];
         if (stage(self, in, args[j], c->value + c->nchanged) != LP_OK) return LP_FALLBACK;
         for (Py_ssize_t u = 0; u < in->nuses; u++) c->changed[c->nchanged++] = (uint32_t)(in->first + u);
+    }
+    return LP_OK;
+}
+
+/* Whether each tensor input left out of this call is still the memory and layout the graph reads: one whose
+ * tensor changed since (x.set_(), a resize_, x.data = ...) goes to the Python replay, which takes it as given:
+ * checked, and followed (the graph would read memory the tensor may have left). */
+static int left_out_in_place(Replay *self, Call *c) {
+    if (PyList_GET_SIZE(self->current) != self->ninputs) return LP_FALLBACK;
+    for (Py_ssize_t i = 0; i < self->ninputs; i++) {
+        const Input *in = &self->inputs[i];
+        int given = !in->is_tensor || in->nuses == 0;
+        for (Py_ssize_t j = 0; j < c->ngiven && !given; j++) given = c->given[j] == i;
+        if (given) continue;
+        DLTensor t;
+        if (read_as_recorded(self, in, PyList_GET_ITEM(self->current, i), &t) != LP_OK) return LP_FALLBACK;
+        uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset + (uint64_t)self->uses[in->first].delta;
+        if (address != self->staged[in->first]) return LP_FALLBACK;
     }
     return LP_OK;
 }
@@ -184,14 +209,14 @@ static int commit(Replay *self, Call *c, void *stream) {
     uint64_t launch = self->state[S_LAUNCHES];
     if (self->ring != NULL) {
         if (wait_for_slot(self, launch) != LP_OK) return LP_FALLBACK;
-        uint64_t *slot = self->ring + 2 + (launch % self->slots) * (1 + 3 * self->capacity);
+        uint64_t *slot = self->ring + R_HEADER + (launch % self->slots) * (1 + 3 * self->capacity);
         uint64_t *values = slot + 3;  /* an entry's value is its third word */
         for (Py_ssize_t k = 0; k < self->nentries; k++) values[3 * k] = self->staged[self->entry_use[k]];
         for (Py_ssize_t j = 0; j < c->nchanged; j++) {
             int32_t entry = self->uses[c->changed[j]].entry;
             if (entry >= 0) values[3 * (size_t)entry] = c->value[j];
         }
-        slot[0] = (uint64_t)self->nentries;
+        slot[0] = (uint64_t)self->nentries | (launch & 0xffffffffu) << 32;  /* the head: stamped with the launch */
     }
     memset(c->dirty, 0, (size_t)self->ntargets);
     for (Py_ssize_t j = 0; j < c->nchanged; j++) {
@@ -256,7 +281,9 @@ PyObject *Replay_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, P
     PyObject *result = NULL, *snapshot = NULL, *got = NULL;
     void *stream = NULL;
     int ordinal = -1, capturing = 0, locked = 0;
-    if (bind(self, nargs, kwnames, &c) != LP_OK || stage_inputs(self, args, &c) != LP_OK) goto slow;
+    if (bind(self, nargs, kwnames, &c) != LP_OK || stage_inputs(self, args, &c) != LP_OK ||
+        left_out_in_place(self, &c) != LP_OK)
+        goto slow;
     /* the graph belongs to its device: replay there, on torch's current stream, unless it captures */
     if (self->ctx_get_device == NULL || self->ctx_get_device(&ordinal) != 0 || ordinal != self->device) goto slow;
     if (lp_current_stream(self->get_stream, self->api, self->device, &stream) != LP_OK) goto slow;
@@ -275,6 +302,15 @@ PyObject *Replay_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, P
     locked = 0;
     if ((got = PyObject_CallNoArgs(self->release)) == NULL) goto out;
     Py_DECREF(got);
+    if (self->ring != NULL && ring_word(self, R_FAILURE) != 0) {
+        /* an update failed since the check above (this launch's, or one before it whose failure stops every
+         * later update): no result is returned as good; the Python replay, given nothing, words the failure */
+        if ((result = PyObject_Vectorcall(self->fallback, NULL, 0, NULL)) != NULL) {
+            Py_CLEAR(result);
+            PyErr_SetString(PyExc_RuntimeError, "a device-side update of this sequence failed");
+        }
+        goto out;
+    }
     result = result_of(self, &c, snapshot);
     goto out;
 slow:
