@@ -701,6 +701,7 @@ def test_the_sequence_section_runs_the_training_step_last(fake_gpu_bench, monkey
     monkeypatch.setattr(sequence_section, "decode_entries", lambda: [])
     monkeypatch.setattr(sequence_section, "measure_sizes", lambda log: {})
     monkeypatch.setattr(sequence_section, "measure_training", sequence_section.training_here)  # not a process apart
+    monkeypatch.setattr(sequence_section, "measure_models", lambda rounds, batch, log: {"missing": "no transformers"})
     workload, entries = _fake_training({"eager": 300, "torch_graph": 30, "record": 10})
     monkeypatch.setattr(training, "Workload", workload)
     monkeypatch.setattr(training, "training_entries", entries)
@@ -714,6 +715,7 @@ def test_the_sequence_section_runs_the_training_step_last(fake_gpu_bench, monkey
         "### Recorded sequences" in md and "### A training step: mlp" in md and "### A training step: transformer" in md
     )
     assert md.index("### A training step: mlp") > md.index("### Recorded sequences")
+    assert md.index("### Real models\n\nmissing: no transformers") > md.index("### A training step: transformer")
 
     def broken(*args, **kwargs):
         raise RuntimeError("no training today")

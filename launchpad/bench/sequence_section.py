@@ -1,7 +1,7 @@
 """The recorded sequences' section of the benchmarks: the 20-kernel step (:mod:`.sequences`), the
-decode-like step (:mod:`.decode`), the inputs' size sweep (:mod:`.sequence_sizes`) and a training
-step per model (:mod:`.sequence_training`), run and rendered. Every launcher gets two figures: the
-host's cost, and the wall time of a GPU-bound loop.
+decode-like step (:mod:`.decode`), the inputs' size sweep (:mod:`.sequence_sizes`), a training
+step per model (:mod:`.sequence_training`) and real models (:mod:`.sequence_models`), run and
+rendered. Every launcher gets two figures: the host's cost, and the wall time of a GPU-bound loop.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 from .decode import decode_entries
 from .harness import add_ratios, describe, measure, measure_e2e, record_e2e, record_samples, set_up
+from .model_tables import model_tables, models_apart
 from .report import launch_rows, ratio_text, us
 from .sequence_sizes import measure_sizes
 from .sequences import KERNELS, UPDATED, sequence_entries
@@ -43,6 +44,11 @@ def sequence_section(ctx: Any, rounds: int, batch: int, log: Callable[[str], Non
     out["sizes"] = measure_sizes(log=log)
     log("a training step (an MLP, a transformer block; AdamW): eager, torch's graph, torch.compile, launchpad.record")
     out["training"] = measure_training(rounds, batch, log)
+    log("real models (transformers, random weights): a Llama decode step with its StaticCache, a GPT-2 training step")
+    try:
+        out["models"] = measure_models(rounds, batch, log)
+    except Exception as exc:  # the part failing leaves the section's other figures
+        out["models"] = {"error": describe(exc)}
     return out
 
 
@@ -88,6 +94,7 @@ def training_apart(rounds: int, batch: int, log: Callable[[str], None]) -> dict[
 
 
 measure_training = training_apart  # what the section runs (the tests: training_here)
+measure_models = models_apart  # each model in a process of its own; "missing" without transformers
 
 
 def _host_and_wall(launchers: list, results: dict[str, Any], rounds: int, batch: int, sync: Callable[[], None],
@@ -145,4 +152,6 @@ def sequence_tables(seq: dict[str, Any], head: str, table: Callable[..., str]) -
         from . import sequence_training
 
         parts += sequence_training.training_tables(seq["training"], head, table)
+    if seq.get("models"):
+        parts += model_tables(seq["models"], head, table)
     return parts
