@@ -2,7 +2,7 @@
 
 C++ kernels compiled at run time (:func:`compile_cuda`), Triton kernels (:func:`from_triton`,
 :func:`load_triton`, :func:`triton_launcher`), Numba kernels (:func:`from_numba`), cuTile kernels
-(:func:`from_cutile`) and the Triton kernels of Helion's host functions (:func:`helion_kernel`) all
+(:func:`from_cutile`), Warp kernels (:func:`from_warp`) and the Triton kernels of Helion's host functions (:func:`helion_kernel`) all
 become one :class:`KernelSpec`, launched as a :class:`Kernel` on torch's current stream with one packed
 argument buffer, by the compiled executor where it is built and the Python one otherwise.
 """
@@ -34,6 +34,8 @@ from .frontends.numba.frontend import from_numba
 from .frontends.triton.cache_folder import load_triton
 from .frontends.triton.in_process import from_triton
 from .frontends.triton.launcher import TritonLauncher, triton_launcher
+from .frontends.warp.frontend import from_warp
+from .frontends.warp.kernel import WarpKernel
 from .kernel import Kernel, from_image, load, load_cubin
 from .launch.executor import launch_path
 from .sequences.sequence import Sequence, record
@@ -70,6 +72,7 @@ __all__ = [
     "Sequence",
     "TritonLauncher",
     "UnsupportedVersion",
+    "WarpKernel",
     "__version__",
     "cache_dir",
     "compile_cuda",
@@ -79,6 +82,7 @@ __all__ = [
     "from_image",
     "from_numba",
     "from_triton",
+    "from_warp",
     "helion_kernel",
     "launch_path",
     "link",

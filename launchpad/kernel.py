@@ -29,11 +29,16 @@ from .launch import executor as _executor
 from .launch.checks import Context
 from .launch.traced import TRACED, BoundLaunch, Traced, dynamo_compiling, launch_first, new_key
 
-__all__ = ["Kernel", "from_image", "load", "load_cubin"]
+__all__ = ["KERNEL_TYPES", "Kernel", "from_image", "load", "load_cubin"]
 
 #: ``kernel[...]`` configurations kept per kernel; a loop over ever-new grids does not grow it
 #: further (the cache is emptied when full).
 _CONFIG_CACHE_SIZE = 256
+
+#: Kernel classes by ``spec.metadata["frontend"]`` for front ends whose launches are configured their
+#: own way (Warp's ``kernel[dim]``), registered by them on import: what :func:`load` makes of their
+#: artifacts.
+KERNEL_TYPES: dict[str, type[Kernel]] = {}
 
 
 class Kernel:
@@ -332,7 +337,8 @@ def load(path: str | Path) -> Kernel:
     LaunchpadError
         The file cannot be read.
     """
-    return Kernel(_artifact.read(path))
+    spec = _artifact.read(path)
+    return KERNEL_TYPES.get(str(spec.metadata.get("frontend", "")), Kernel)(spec)
 
 
 def load_cubin(

@@ -272,6 +272,9 @@ def _input(where: str, kernel: Kernel | Any, arg: Any, position: int, label: str
                           arg.options.get("ndim"))  # fmt: skip
         if arg.converter == "numba_complex":
             return _Input(label, position, "complex")
+        schema = getattr(_checks.CONVERTERS.get(arg.converter), "schema", None)  # a converter's own word for it
+        if schema is not None:
+            return _Input(label, position, schema(arg.options))
         raise LaunchpadError(f"{what} expands into {len(arg.params)} parameters ({arg.converter}), "
                              "which an operator schema cannot take")  # fmt: skip
     param = kernel.params[arg.param]

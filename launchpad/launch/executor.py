@@ -38,7 +38,7 @@ __all__ = ["NOT_BUILT", "Devices", "Executor", "build", "dlpack_word", "launch_p
 
 # Slot kinds and operation kinds, as claunch.h numbers them.
 SK_POINTER, SK_INT, SK_UINT, SK_BOOL, SK_F16, SK_BF16, SK_F32, SK_F64, SK_BYTES, SK_UNTYPED = range(10)
-OP_VALUE, OP_CONST, OP_SCRATCH, OP_NUMBA_ARRAY, OP_EXPAND, OP_TILE_ARRAY = range(6)
+OP_VALUE, OP_CONST, OP_SCRATCH, OP_NUMBA_ARRAY, OP_EXPAND, OP_TILE_ARRAY, OP_WARP_ARRAY = range(7)
 _NEVER = 0xFFFFFFFF  # a dtype word no tensor has: the compiled executor always defers the check
 _FLOAT_KINDS = {"fp16": SK_F16, "bf16": SK_BF16, "fp32": SK_F32, "fp64": SK_F64}
 
@@ -162,6 +162,13 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
             op = dict(base, kind=OP_TILE_ARRAY, slots=tuple(_slot(spec.params[i]) for i in arg.params),
                       dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, align=o.get("align") or 0, size=low,
                       multiple_of=high, ndim=o["ndim"], flags=1 if o.get("disjoint") else 0, obj=_tile_dims(o))  # fmt: skip
+        elif arg.converter == "warp_bounds":  # the bytes kernel[dim] computed, copied; anything else: Python's
+            op = dict(base, kind=OP_VALUE, slots=(_slot(spec.params[arg.params[0]]),))
+        elif arg.converter == "warp_array":  # options: CONVERTERS["warp_array"]'s (frontends/warp/args.py)
+            o = arg.options
+            op = dict(base, kind=OP_WARP_ARRAY, slots=(_slot(spec.params[arg.params[0]]),),
+                      dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, size=o["itemsize"], ndim=o["ndim"],
+                      obj=tuple(o.get("element", ())))  # fmt: skip
         else:
             converter = _checks.CONVERTERS[arg.converter].specialize(**arg.options)
             op = dict(base, kind=OP_EXPAND, slots=tuple(_slot(spec.params[i]) for i in arg.params), obj=converter,

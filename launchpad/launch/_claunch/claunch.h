@@ -133,6 +133,7 @@ enum OpKind {
     OP_NUMBA_ARRAY,  /* Numba's array ABI: 5 + 2 * ndim slots */
     OP_EXPAND,       /* a Python converter gives the values of several slots */
     OP_TILE_ARRAY,   /* cuTile's array ABI: pointer, ndim extents, ndim strides; its promises checked */
+    OP_WARP_ARRAY,   /* Warp's array_t: one 56-byte struct (pointer, extents and byte strides, ndim) */
 };
 
 /* OP_TILE_ARRAY's "no promise" in its per-dimension words */
@@ -159,6 +160,8 @@ typedef struct {
     /* OP_TILE_ARRAY: 5 words per dimension (extent divisor, extent, stride divisor, stride, lowest
      * stride; LP_NONE: no promise), owned; flags 1: no two indices may reach one element */
     int64_t *dims;
+    /* OP_WARP_ARRAY: ndim the array's rank, size its scalar's bytes, flags the element type's own
+     * dimensions (0 a scalar, 1 a vector, 2 a matrix), dims their extents (owned) */
 } Op;
 
 /* A kernel's launch plan and the Python objects it calls back. */
@@ -242,6 +245,8 @@ uint32_t lp_dtype_word(const DLTensor *t);
 /* OP_TILE_ARRAY (tile.c, called by values.c only): LP_OK, or LP_FALLBACK for the Python executor to
  * decide. */
 int lp_run_tile_array(Launch *L, const Op *op, PyObject *value);
+/* OP_WARP_ARRAY (tile.c, called by values.c only): LP_OK, or LP_FALLBACK for the Python executor. */
+int lp_run_warp_array(Launch *L, const Op *op, PyObject *value);
 /* values.c: a scalar into a slot's bytes at ``at`` as a launch packs it (LP_OK or LP_FALLBACK;
  * never raises); pointer and bytes slots are not scalars (LP_FALLBACK). */
 int lp_pack_scalar(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of);

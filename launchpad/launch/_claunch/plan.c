@@ -54,6 +54,32 @@ static int parse_tile_dims(PyObject *obj, Op *op) {
     return 0;
 }
 
+/* OP_WARP_ARRAY's element type: a tuple of its 0-2 extents (a vector's length, a matrix's rows and
+ * columns), kept in dims with their count in flags. */
+static int parse_warp_element(PyObject *obj, Op *op) {
+    Py_ssize_t n = PyTuple_Check(obj) ? PyTuple_GET_SIZE(obj) : -1;
+    if (n < 0 || n > 2 || op->ndim < 1 || op->ndim > 4 || op->size < 1) {
+        PyErr_SetString(PyExc_ValueError, "a Warp array operation needs a rank of 1-4 and 0-2 element extents");
+        return -1;
+    }
+    op->dims = PyMem_Calloc(n ? n : 1, sizeof(int64_t));
+    if (op->dims == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(obj, i));
+        if (v == -1 && PyErr_Occurred()) return -1;
+        if (v < 1) {
+            PyErr_SetString(PyExc_ValueError, "a Warp element extent must be positive");
+            return -1;
+        }
+        op->dims[i] = v;
+    }
+    op->flags = (int)n;
+    return 0;
+}
+
 /* (kind, position, sub, slots, dtype, align, multiple_of, size, ndim, layout, flags, obj, arg) */
 static int parse_op(PyObject *t, Op *op) {
     int kind, position, ndim, flags;
@@ -64,7 +90,7 @@ static int parse_op(PyObject *t, Op *op) {
     if (!PyArg_ParseTuple(t, "iiOOILLLisiOO", &kind, &position, &sub, &slots, &dtype, &align, &multiple_of, &size,
                           &ndim, &layout, &flags, &obj, &arg))
         return -1;
-    if (kind < OP_VALUE || kind > OP_TILE_ARRAY || position < 0 || position > 65535 || !PyTuple_Check(sub) ||
+    if (kind < OP_VALUE || kind > OP_WARP_ARRAY || position < 0 || position > 65535 || !PyTuple_Check(sub) ||
         PyTuple_GET_SIZE(sub) > LP_MAX_DEPTH || ndim < 0 || ndim > 32) {
         PyErr_SetString(PyExc_ValueError, "bad launch plan operation");
         return -1;
@@ -91,7 +117,8 @@ static int parse_op(PyObject *t, Op *op) {
     op->arg = Py_NewRef(arg);
     if (parse_slots(slots, op) < 0) return -1;
     if (kind == OP_TILE_ARRAY && parse_tile_dims(obj, op) < 0) return -1;
-    Py_ssize_t needed = kind == OP_VALUE || kind == OP_SCRATCH ? 1
+    if (kind == OP_WARP_ARRAY && parse_warp_element(obj, op) < 0) return -1;
+    Py_ssize_t needed = kind == OP_VALUE || kind == OP_SCRATCH || kind == OP_WARP_ARRAY ? 1
                         : kind == OP_NUMBA_ARRAY               ? 5 + 2 * ndim
                         : kind == OP_TILE_ARRAY                ? 1 + 2 * ndim
                                                                : -1;

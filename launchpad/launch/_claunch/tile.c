@@ -1,7 +1,7 @@
 /* cuTile's array ABI (OP_TILE_ARRAY): a tensor as its data pointer, extents and strides in elements,
  * after every promise of the kernel's ArrayConstraint held; anything else goes to the Python
  * executor, whose converter (launchpad/frontends/cutile/args.py) applies the same rules and words
- * the refusal. */
+ * the refusal. Warp's array_t (OP_WARP_ARRAY) follows. */
 #include "claunch.h"
 
 #include <string.h>
@@ -57,5 +57,47 @@ int lp_run_tile_array(Launch *L, const Op *op, PyObject *value) {
         memcpy(L->buffer + extent->offset, &t.shape[d], extent->size);  /* little-endian: the low bytes */
         memcpy(L->buffer + stride->offset, &strides[d], stride->size);
     }
+    return LP_OK;
+}
+
+/* Warp's array ABI (OP_WARP_ARRAY): ``wp::array_t``, one by-value struct of 56 bytes, ``{u64 data;
+ * u64 grad; i32 shape[4]; i32 strides[4] (bytes); u16 ndim; u16 flags}`` (its layout in Warp's
+ * ``warp.types.array_t``; launchpad/frontends/warp/args.py packs the same in Python and words the
+ * refusals). An array of vectors or matrices is a tensor with the element type's extents as its
+ * last dimensions, compact; the array's shape and strides are those of the dimensions before. */
+typedef struct {
+    uint64_t data, grad;
+    int32_t shape[4], strides[4];
+    uint16_t ndim, flags;
+    uint32_t pad;
+} WarpArray;
+
+int lp_run_warp_array(Launch *L, const Op *op, PyObject *value) {
+    DLTensor t;
+    if (lp_read_tensor(L->self->api, L->self->tensor_types, value, &t) != LP_OK || !lp_on_device(&t, L->device)) return LP_FALLBACK;
+    int inner = op->flags;
+    if (lp_dtype_word(&t) != op->dtype || t.ndim != op->ndim + inner) return LP_FALLBACK;
+    int64_t strides[6], expected = 1;
+    for (int d = t.ndim - 1; d >= 0; d--) {  /* no strides: compact row-major */
+        strides[d] = t.strides ? t.strides[d] : expected;
+        expected *= t.shape[d];
+    }
+    int64_t step = 1;
+    for (int k = inner - 1; k >= 0; k--) {  /* the element's own dimensions: its extents, adjacent */
+        int d = op->ndim + k;
+        if (t.shape[d] != op->dims[k] || (t.shape[d] != 1 && strides[d] != step)) return LP_FALLBACK;
+        step *= op->dims[k];
+    }
+    WarpArray a;
+    memset(&a, 0, sizeof a);
+    a.data = (uint64_t)(uintptr_t)t.data + t.byte_offset;
+    for (int d = 0; d < op->ndim; d++) {
+        int64_t n = t.shape[d], s = strides[d];
+        if (n > INT32_MAX || s > INT32_MAX / op->size || s < INT32_MIN / op->size) return LP_FALLBACK;
+        a.shape[d] = (int32_t)n;
+        a.strides[d] = (int32_t)(s * op->size);
+    }
+    a.ndim = (uint16_t)op->ndim;
+    memcpy(L->buffer + op->slots[0].offset, &a, sizeof a);
     return LP_OK;
 }

@@ -324,6 +324,8 @@ int lp_run_op(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs) 
         return value ? run_expand(L, op, value) : LP_FALLBACK;
     case OP_TILE_ARRAY:
         return value ? lp_run_tile_array(L, op, value) : LP_FALLBACK;
+    case OP_WARP_ARRAY:
+        return value ? lp_run_warp_array(L, op, value) : LP_FALLBACK;
     default:
         return LP_FALLBACK;
     }

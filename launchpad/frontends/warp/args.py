@@ -1,0 +1,258 @@
+"""Warp's calling convention at run time: launch bounds, arrays and vector values packed from torch.
+
+A Warp kernel's entry is ``<name>_cuda_kernel_forward(wp::launch_bounds_t<N> dim, args...)``:
+
+* ``launch_bounds_t<N>`` (``N`` the kernel's own dimension count, from its ``wp.tid()``) is
+  ``{u32 shape[N]; u64 size; u64 coord_mult}``, 24 bytes for ``N`` of 1 or 2, 32 for 3 or 4. A
+  launch of ``dim`` pads it with ones to ``N`` dimensions, and folds dimensions beyond ``N`` into
+  ``coord_mult`` (the threads sharing each coordinate) and ``size``, as ``wp.launch`` does
+  (:func:`launch_bounds`). The grid is ``min(ceil(size / block), max_blocks)`` blocks of the
+  module's ``block_dim`` (:func:`grid_of`), each thread looping grid-stride over ``size``.
+* an array is ``wp::array_t``, 56 bytes: ``{u64 data; u64 grad; i32 shape[4]; i32 strides[4] (in
+  bytes); u16 ndim; u16 flags}``; launchpad passes no gradient (``grad`` 0) and no flags. An array
+  of vectors or matrices is a tensor whose last one or two dimensions are the element type's,
+  compact (what ``wp.from_torch(t, dtype=wp.vec3)`` takes).
+* a vector, matrix, quaternion or transform value is its components by value, row-major.
+
+The compiled executor packs arrays itself (``OP_WARP_ARRAY`` in
+``launchpad/launch/_claunch/tile.c``); anything it does not take comes to :func:`convert_array`,
+which applies the same rules and words the refusal. This module must not import Warp: a saved
+Warp kernel (:func:`launchpad.load`) launches without it. It registers ``CONVERTERS["warp_array"]``,
+``CONVERTERS["warp_value"]`` and ``CONVERTERS["warp_bounds"]``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from ...core.params import SCALAR_TYPES
+from ...core.spec import Arg
+from ...errors import ArgumentError, ArgumentTypeError
+from ...launch.checks import CONVERTERS, Context, pointer_of
+from ...launch.checks import describe as _describe
+
+__all__ = ["ARRAY_BYTES", "BOUNDS_BYTES", "MAX_DIMS", "convert_array", "grid_of", "launch_bounds", "pack_array",
+           "pack_value"]  # fmt: skip
+
+#: ``wp::array_t``: data, grad, shape[4], strides[4] (bytes), ndim, flags, 4 bytes of padding.
+_ARRAY = struct.Struct("<QQ4i4iHH4x")
+ARRAY_BYTES = _ARRAY.size  # 56
+#: The most dimensions of an array and of a launch (Warp's ``ARRAY_MAX_DIMS``, ``LAUNCH_MAX_DIMS``).
+MAX_DIMS = 4
+#: ``launch_bounds_t<N>``'s size by ``N``: ``u32 shape[N]`` padded to 8, then two ``u64``.
+BOUNDS_BYTES = {n: (4 * n + 7) // 8 * 8 + 16 for n in range(1, MAX_DIMS + 1)}
+_I32 = 2**31 - 1
+#: wp.tid() gives signed 32-bit coordinates: no launch dimension may exceed this (wp.launch refuses it).
+MAX_EXTENT = _I32
+#: The most blocks of a grid-stride launch (gridDim.x's limit), where max_blocks does not lower it.
+MAX_BLOCKS = _I32
+
+
+def launch_bounds(dim: Sequence[int], kernel_dim: int) -> tuple[bytes, int]:
+    """The bytes of ``launch_bounds_t<kernel_dim>`` for a launch of ``dim`` (Warp's
+    ``_build_launch_bounds_from_tuple``), and the number of threads it covers (its ``size``)."""
+    padded = tuple(dim) + (1,) * max(0, kernel_dim - len(dim))
+    kept, extras = padded[:kernel_dim], padded[kernel_dim:]
+    coord_mult = math.prod(extras)
+    size = math.prod(kept) * coord_mult
+    head = struct.pack(f"<{kernel_dim}I", *kept)
+    head += bytes(-len(head) % 8)
+    return head + struct.pack("<QQ", size, coord_mult), size
+
+
+def grid_of(size: int, block: int, max_blocks: int = 0) -> int:
+    """The blocks ``wp.launch`` gives a grid-stride kernel: ``ceil(size / block)``, at most
+    ``max_blocks`` (0 or less: gridDim.x's limit); 0 (nothing launched) for an empty launch."""
+    if size <= 0:
+        return 0
+    cap = max_blocks if max_blocks > 0 else MAX_BLOCKS
+    return min(-(-size // block), cap)
+
+
+# --- arrays --------------------------------------------------------------------------------------
+
+
+def pack_array(address: int, shape: Sequence[int], byte_strides: Sequence[int]) -> bytes:
+    """``wp::array_t`` of an array without a gradient: 56 bytes, unused dimensions zero."""
+    n = len(shape)
+    pad = (0,) * (MAX_DIMS - n)
+    return _ARRAY.pack(address, 0, *shape, *pad, *byte_strides, *pad, n, 0)
+
+
+def _typename(arg: Arg) -> str:
+    o = arg.options
+    return o.get("type") or f"a {o['ndim']}-d {o['dtype']} array"
+
+
+def convert_array(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+    """``CONVERTERS["warp_array"]``: ``(array_t bytes,)`` of one array argument.
+
+    ``options``: ``ndim`` (the Warp array's rank, 1-4), ``dtype`` (the torch dtype of its scalars),
+    ``itemsize`` (their bytes), ``element`` (the element type's extents: ``[]`` for a scalar,
+    ``[3]`` for a ``vec3``, ``[3, 3]`` for a ``mat33``) and ``type`` (how messages name it).
+    Takes torch tensors and objects with ``__cuda_array_interface__`` on the launch device.
+    """
+    ndim, dtype, itemsize = options["ndim"], options["dtype"], options["itemsize"]
+    element = tuple(options.get("element", ()))
+    what = options.get("type") or f"a {ndim}-d {dtype} array"
+    if isinstance(value, torch.Tensor):
+        if str(value.dtype).removeprefix("torch.") != dtype:
+            raise ctx.error(arg, f"expected {dtype} elements ({what}), got {_describe(value)}", ArgumentTypeError)
+        address = pointer_of(ctx, arg, value, device, stream, None)
+        shape, strides = tuple(value.shape), tuple(value.stride())
+    else:
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if not isinstance(cai, dict):
+            raise ctx.error(arg, f"expected an array for {what} (a torch tensor or an object with "
+                            f"__cuda_array_interface__), got {_describe(value)}", ArgumentTypeError)  # fmt: skip
+        try:
+            got = np.dtype(cai["typestr"])
+        except TypeError:
+            got = None
+        if got is None or got.name != dtype:
+            raise ctx.error(arg, f"expected {dtype} elements ({what}), got a {type(value).__name__} of "
+                            f"{got if got is not None else cai['typestr']!r}", ArgumentTypeError)  # fmt: skip
+        shape = tuple(int(n) for n in cai["shape"])
+        raw = cai.get("strides")
+        if raw is None:
+            steps, step = [], 1
+            for n in reversed(shape):
+                steps.append(step)
+                step *= n
+            strides = tuple(reversed(steps))
+        elif any(b % itemsize for b in raw):
+            raise ctx.error(arg, f"byte strides {tuple(raw)} are not whole {dtype} elements")
+        else:
+            strides = tuple(b // itemsize for b in raw)
+        address = pointer_of(ctx, arg, value, device, stream, None)
+    if len(shape) != ndim + len(element):
+        inner = f" (the {'x'.join(map(str, element))} elements as the last dimensions)" if element else ""
+        raise ctx.error(arg, f"expected a tensor of {ndim + len(element)} dimensions for {what}{inner}, got shape "
+                        f"{shape}")  # fmt: skip
+    step = 1
+    for k in reversed(range(len(element))):
+        d = ndim + k
+        if shape[d] != element[k]:
+            raise ctx.error(arg, f"dimension {d} is {shape[d]}, the element type's extent is {element[k]} "
+                            f"(shape {shape}, {what})")  # fmt: skip
+        if shape[d] != 1 and strides[d] != step:
+            raise ctx.error(arg, f"the element type's dimensions must be compact: stride[{d}] is {strides[d]}, "
+                            f"expected {step} (strides {strides}, in elements); .contiguous() makes one")  # fmt: skip
+        step *= element[k]
+    outer, outer_strides = shape[:ndim], tuple(s * itemsize for s in strides[:ndim])
+    for d, (n, s) in enumerate(zip(outer, outer_strides)):
+        if n > _I32:
+            raise ctx.error(arg, f"shape[{d}] = {n} does not fit Warp's 32-bit array extents")
+        if not -_I32 - 1 <= s <= _I32:
+            raise ctx.error(arg, f"stride[{d}] = {s} bytes does not fit Warp's 32-bit array strides")
+    return (pack_array(address, outer, outer_strides),)
+
+
+def _array_converter(**options: Any) -> Callable[..., tuple]:
+    return functools.partial(convert_array, **options)
+
+
+convert_array.specialize = _array_converter  # type: ignore[attr-defined]
+convert_array.schema = lambda options: "Tensor"  # type: ignore[attr-defined]
+
+
+# --- vectors and matrices by value ---------------------------------------------------------------
+
+
+def _components(value: Any) -> list | None:
+    """The components of a vector or matrix value, flattened row-major (None: not a sequence)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().reshape(-1).tolist()
+    if isinstance(value, np.ndarray):
+        return value.reshape(-1).tolist()
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__len__"):
+        return None
+    out: list = []
+    for item in value:
+        if hasattr(item, "__len__") and not isinstance(item, (str, bytes)):
+            inner = _components(item)
+            if inner is None:
+                return None
+            out.extend(inner)
+        else:
+            out.append(item)
+    return out
+
+
+def pack_value(components: Sequence[Any], word: str) -> bytes:
+    """The bytes of a vector or matrix of ``word`` scalars (``fp32``...), row-major."""
+    code = SCALAR_TYPES[word][1]
+    if word == "bf16":
+        raise ValueError("bf16 vectors are not packed")
+    return struct.pack(f"<{len(components)}{code}", *components)
+
+
+def convert_value(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+    """``CONVERTERS["warp_value"]``: ``(bytes,)`` of a vector or matrix value.
+
+    ``options``: ``word`` (its scalars' type word), ``shape`` (``[3]``, ``[3, 3]``) and ``type``
+    (``vec3f``). Takes a sequence (nested for a matrix), a numpy array or a torch tensor of that
+    many components, or a Warp vector.
+    """
+    shape, word = tuple(options["shape"]), options["word"]
+    count = math.prod(shape)
+    what = options.get("type") or f"a {'x'.join(map(str, shape))} {word} value"
+    if isinstance(value, (bytes, bytearray)) and len(value) == count * SCALAR_TYPES[word][0]:
+        return (bytes(value),)
+    parts = _components(value)
+    if parts is None or len(parts) != count:
+        got = f"{len(parts)} components" if parts is not None else _describe(value)
+        raise ctx.error(arg, f"expected {count} components for {what}, got {got}", ArgumentTypeError)
+    integral = not word.startswith(("fp", "bf"))
+    try:
+        if integral:
+            parts = [operator.index(p) for p in parts]
+        else:
+            parts = [float(p) for p in parts]
+        return (pack_value(parts, word),)
+    except (TypeError, ValueError, struct.error, OverflowError) as exc:
+        raise ctx.error(arg, f"cannot pack {_describe(value)} as {what}: {exc}", ArgumentTypeError) from None
+
+
+convert_value.specialize = lambda **options: functools.partial(convert_value, **options)  # type: ignore[attr-defined]
+convert_value.schema = lambda options: "int[]" if not options["word"].startswith(("fp", "bf")) else "float[]"  # type: ignore[attr-defined]
+
+
+# --- launch bounds -------------------------------------------------------------------------------
+
+
+def convert_bounds(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+    """``CONVERTERS["warp_bounds"]``: ``(launch_bounds_t bytes,)`` from the bytes ``kernel[dim]``
+    computed, or from the words ``(*shape, size, coord_mult)`` (how torch.compile's operator passes
+    them)."""
+    n = options["kernel_dim"]
+    if isinstance(value, bytes) and len(value) == BOUNDS_BYTES[n]:
+        return (value,)
+    if isinstance(value, (tuple, list)) and len(value) == n + 2:
+        words = [operator.index(v) for v in value]
+        head = struct.pack(f"<{n}I", *words[:n])
+        return (head + bytes(-len(head) % 8) + struct.pack("<QQ", *words[n:]),)
+    raise ctx.error(arg, f"expected the launch bounds kernel[dim] computes, got {_describe(value)}; launch with "
+                    "kernel[dim](...)", ArgumentError)  # fmt: skip
+
+
+def bounds_words(data: bytes, kernel_dim: int) -> tuple[int, ...]:
+    """``(*shape, size, coord_mult)`` of ``launch_bounds_t`` bytes (the operator's form of them)."""
+    shape = struct.unpack_from(f"<{kernel_dim}I", data)
+    return (*shape, *struct.unpack_from("<QQ", data, len(data) - 16))
+
+
+convert_bounds.specialize = lambda **options: functools.partial(convert_bounds, **options)  # type: ignore[attr-defined]
+convert_bounds.schema = lambda options: "int[]"  # type: ignore[attr-defined]
+
+CONVERTERS["warp_array"] = convert_array
+CONVERTERS["warp_value"] = convert_value
+CONVERTERS["warp_bounds"] = convert_bounds

@@ -1,0 +1,249 @@
+"""Warp front end: ``@wp.kernel`` functions as launchpad Kernels that take torch tensors directly.
+
+:func:`from_warp` compiles the kernel's module for one architecture through Warp's ahead-of-time
+compiler (``wp.compile_aot_module(module, arch=...)``, NVRTC; no GPU needed), or takes a cubin
+compiled so earlier, and describes Warp's calling convention to the launch core: the launch bounds
+first (``CONVERTERS["warp_bounds"]``, filled by ``kernel[dim]``), then per parameter of the Python
+function an array (``CONVERTERS["warp_array"]``: one ``array_t`` struct packed from a tensor in the
+compiled executor), a scalar (one parameter of its type; a Warp ``int`` is 32-bit) or a vector or
+matrix value (``CONVERTERS["warp_value"]``). What launchpad does not pack yet (``wp.struct``,
+indexed and fabric arrays, tile kernels, clusters, lean ``grid_stride=False`` kernels,
+deterministic modules, generic kernels without an overload) is refused by name.
+
+Warp is imported only here and only when compiling; a saved Warp kernel loads without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ...core import toolchain
+from ...core.binary import cubin_arch, read_image
+from ...core.params import POINTER_DTYPES
+from ...core.spec import Arg, KernelSpec, LaunchPlan, spec_from_image
+from ...errors import ArgumentTypeError, BinaryError, CompileError, LaunchpadError
+from .args import BOUNDS_BYTES, MAX_DIMS
+from .kernel import WarpKernel
+from .versions import check_version, check_warp
+
+__all__ = ["SCALAR_WORDS", "from_warp", "warp_signature", "warp_spec"]
+
+#: Warp scalar type name -> type word (a Warp ``int`` annotation is ``int32``, ``float`` ``float32``).
+SCALAR_WORDS = {
+    "bool": "i1", "int8": "i8", "uint8": "u8", "int16": "i16", "uint16": "u16", "int32": "i32", "uint32": "u32",
+    "int64": "i64", "uint64": "u64", "float16": "fp16", "float32": "fp32", "float64": "fp64",
+}  # fmt: skip
+_TORCH = {word: POINTER_DTYPES[word] for word in set(SCALAR_WORDS.values())}
+_SIZES = {"i1": 1, "i8": 1, "u8": 1, "i16": 2, "u16": 2, "fp16": 2, "i32": 4, "u32": 4, "fp32": 4, "i64": 8,
+          "u64": 8, "fp64": 8}  # fmt: skip
+
+
+def from_warp(kernel: Any, *, arch: str | int | tuple[int, int] | None = None,
+              cubin: bytes | str | Path | None = None) -> WarpKernel:  # fmt: skip
+    """Compile a Warp kernel into a launchpad :class:`~launchpad.WarpKernel`.
+
+    Parameters
+    ----------
+    kernel : warp.Kernel
+        A ``@wp.kernel`` function (a generic one: an overload, ``wp.overload(kernel, {...})``).
+    arch : optional
+        ``"sm_90"``, ``90``, ``(9, 0)``, a GPU's name...; default: the current GPU's. Warp
+        compiles the kernel's whole module for it (``wp.compile_aot_module``), with the module's
+        ``block_dim`` (256 unless set).
+    cubin : bytes or path, optional
+        A cubin Warp compiled for this kernel's module earlier (``wp.compile_aot_module(...,
+        use_ptx=False)``): nothing is compiled.
+
+    Returns
+    -------
+    WarpKernel
+        Launch with ``kernel[dim](*args)`` as ``wp.launch(kernel, dim, inputs=args)``: arrays as
+        torch tensors (or objects with ``__cuda_array_interface__``; an array of ``vec3`` is a
+        tensor of shape ``(..., 3)``), scalars as numbers, vectors and matrices as sequences or
+        tensors of their components.
+
+    Raises
+    ------
+    UnsupportedVersion
+        Warp (PyPI ``warp-lang``) is missing or a release launchpad does not follow.
+    LaunchpadError
+        A parameter or kernel kind launchpad does not pack yet, named with the kernel.
+    CompileError
+        Warp could not compile the module.
+    BinaryError
+        ``cubin`` is not a cubin or lacks the kernel's entry.
+    """
+    wp = check_warp()
+    if not isinstance(kernel, wp.Kernel):
+        raise ArgumentTypeError(f"from_warp takes a @wp.kernel function, got {type(kernel).__name__}")
+    name = str(getattr(kernel.func, "__name__", None) or kernel.key)
+    _refuse_kinds(wp, kernel, name)
+    block_dim = int(kernel.module.options.get("block_dim") or 256)
+    if cubin is None:
+        target = toolchain.resolve_arch(arch, kernel=name)
+        image, meta, source = _compile(wp, kernel, name, target)
+        entry = f"{kernel.get_mangled_name()}_cuda_kernel_forward"
+        _refuse_compiled(name, entry, meta, source)
+    else:
+        kernel.module.get_module_hash(block_dim)  # the hash Warp's names carry (unless strip_hash)
+        entry = f"{kernel.get_mangled_name()}_cuda_kernel_forward"
+        image, kind = read_image(cubin)
+        if kind != "cubin":
+            raise BinaryError(f"kernel {name!r}: expected a cubin compiled by Warp, got a {kind}")
+    words, labels, args = warp_signature(kernel, name)
+    spec = warp_spec(image, entry, name, words, labels, args, kernel_dim=int(kernel.adj.kernel_dim),
+                     block_dim=block_dim, version=str(wp.__version__))  # fmt: skip
+    return WarpKernel(spec)
+
+
+def _refuse_kinds(wp: Any, kernel: Any, name: str) -> None:
+    """Refuse the kernels whose launch ``wp.launch`` does differently from the one launchpad makes."""
+    why = ""
+    if getattr(kernel, "is_generic", False):
+        why = ("is generic: launch an overload (wp.overload(kernel, {...}) gives one; from_warp takes it), as "
+               "launchpad compiles one signature")  # fmt: skip
+    elif not getattr(kernel, "uses_warp_entry_point_abi", True):
+        why = "uses another entry-point ABI (entry_point_abi), which wp.launch does not launch either"
+    elif getattr(kernel, "grid_stride", True) is False:
+        why = "is a lean kernel (grid_stride=False), launched on a 3-D grid; launchpad launches grid-stride kernels"
+    elif (kernel.options.get("cluster_dim") or 1) != 1:
+        why = "launches in clusters (cluster_dim), which launchpad's Warp launch does not set up yet"
+    elif _deterministic(wp, kernel):
+        why = "is in a deterministic module, whose launches pass hidden buffers launchpad does not make"
+    if why:
+        raise LaunchpadError(f"kernel {name!r} {why}; launch it with wp.launch")
+
+
+def _deterministic(wp: Any, kernel: Any) -> bool:
+    """Whether the kernel's module asks for deterministic atomics (``DeterministicMode`` above 0)."""
+    mode = kernel.module.options.get("deterministic")
+    if mode is None:
+        mode = getattr(wp.config, "deterministic", None)
+    value = getattr(mode, "value", mode)
+    return value not in (None, False, 0, "not_guaranteed")
+
+
+def warp_signature(kernel: Any, name: str) -> tuple[list[str], list[str], list[Arg]]:
+    """The entry's type words and parameter names, and one :class:`~launchpad.Arg` per argument
+    (the launch bounds first, hidden at position 0 of ``Kernel.launch``), from the kernel's
+    Python signature (``kernel.adj.args``).
+
+    Raises
+    ------
+    LaunchpadError
+        A parameter of a kind launchpad does not pack (``wp.struct``, indexed or fabric arrays,
+        tiles...), naming the kernel and the parameter.
+    """
+    import warp as wp
+    import warp.types as wt
+
+    if not hasattr(kernel.adj, "kernel_dim"):  # set by Warp's reference walk, which hashing the module runs
+        kernel.adj.get_references()
+    n = int(kernel.adj.kernel_dim)
+    if not 1 <= n <= MAX_DIMS:
+        raise LaunchpadError(f"kernel {name!r}: launch_bounds_t<{n}> is outside Warp's 1-{MAX_DIMS} dimensions")
+    words, labels = [f"bytes{BOUNDS_BYTES[n]}"], ["dim"]
+    args = [Arg("dim", "expand", (0,), params=(0,), converter="warp_bounds", options={"kernel_dim": n})]
+    for i, var in enumerate(kernel.adj.args):
+        label, t, index, position = str(var.label), var.type, len(words), i + 1
+
+        def refuse(why: str, label: str = label, t: Any = t) -> LaunchpadError:
+            return LaunchpadError(f"kernel {name!r}, parameter {label!r} ({wt.type_repr(t)}): {why}; launch it with "
+                                  "wp.launch")  # fmt: skip
+
+        if wt.type_is_struct(t):
+            raise refuse("wp.struct parameters are not packed by launchpad yet")
+        if type(t) is wp.array:
+            scalar, element = _element(wt, t.dtype)
+            if scalar not in SCALAR_WORDS:
+                raise refuse(f"arrays of {wt.type_repr(t.dtype)} are not packed by launchpad")
+            word = SCALAR_WORDS[scalar]
+            shape = "x".join(map(str, element))
+            what = f"a {t.ndim}-d array of {wt.type_repr(t.dtype)}" + (f" (a tensor of {_TORCH[word]} with {shape} "
+                                                                        "as its last dimensions)" if element else "")  # fmt: skip
+            words.append("bytes56")
+            args.append(Arg(label, "expand", (position,), params=(index,), converter="warp_array",
+                            options={"ndim": int(t.ndim), "dtype": _TORCH[word], "itemsize": _SIZES[word],
+                                     "element": list(element), "type": what}))  # fmt: skip
+        elif wt.type_is_array(t) or "array" in type(t).__name__:
+            raise refuse(f"{type(t).__name__} parameters are not packed by launchpad (plain wp.array ones are)")
+        elif _is_composite(wt, t):
+            scalar, element = _element(wt, t)
+            if scalar not in SCALAR_WORDS or SCALAR_WORDS[scalar] == "i1":
+                raise refuse("this element type is not packed by launchpad")
+            word = SCALAR_WORDS[scalar]
+            words.append(f"bytes{math.prod(element) * _SIZES[word]}")
+            args.append(Arg(label, "expand", (position,), params=(index,), converter="warp_value",
+                            options={"word": word, "shape": list(element), "type": wt.type_repr(t)}))  # fmt: skip
+        elif getattr(t, "__name__", None) in SCALAR_WORDS and (wt.type_is_scalar(t) or t is wp.bool):
+            words.append(SCALAR_WORDS[t.__name__])
+            args.append(Arg(label, "param", (position,), index))
+        else:
+            raise refuse("launchpad packs arrays, scalars, vectors and matrices only")
+        labels.append(label)
+    return words, labels, args
+
+
+def _is_composite(wt: Any, t: Any) -> bool:
+    return any(f(t) for f in (wt.type_is_vector, wt.type_is_matrix, wt.type_is_quaternion, wt.type_is_transformation))
+
+
+def _element(wt: Any, t: Any) -> tuple[str, tuple[int, ...]]:
+    """The scalar type name of a dtype and its own extents (``()`` for a scalar)."""
+    if _is_composite(wt, t):
+        return t._wp_scalar_type_.__name__, tuple(int(d) for d in t._shape_)
+    return getattr(t, "__name__", repr(t)), ()
+
+
+def _compile(wp: Any, kernel: Any, name: str, arch: str) -> tuple[bytes, dict, str]:
+    """The cubin, ``.meta`` and ``.cu`` source Warp's AOT compiler writes for the kernel's module."""
+    number = int(re.sub(r"\D", "", arch.removeprefix("sm_")))
+    with tempfile.TemporaryDirectory(prefix="launchpad-warp-") as folder:
+        try:
+            wp.compile_aot_module(kernel.module, arch=number, module_dir=folder, use_ptx=False)
+        except Exception as exc:  # Warp's codegen and NVRTC failures: the user's code or the compiler
+            raise CompileError(f"Warp could not compile kernel {name!r} for {arch}: {type(exc).__name__}",
+                               str(exc).strip()) from exc  # fmt: skip
+        found = sorted(Path(folder).glob(f"*.sm{number}.cubin"))
+        if len(found) != 1:
+            raise CompileError(f"Warp compiled kernel {name!r} for {arch} but wrote no single cubin",
+                               ", ".join(p.name for p in Path(folder).iterdir()))  # fmt: skip
+        stem = found[0].name.removesuffix(f".sm{number}.cubin")
+        meta_path, source_path = Path(folder) / f"{stem}.meta", Path(folder) / f"{stem}.cu"
+        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+        source = source_path.read_text() if source_path.exists() else ""
+        return found[0].read_bytes(), meta, source
+
+
+def _refuse_compiled(name: str, entry: str, meta: dict, source: str) -> None:
+    """Refuse what only the compiled module tells: a tile kernel (shared memory, ``WP_TILE_BLOCK_DIM``)."""
+    smem = int(meta.get(f"{entry}_smem_bytes", 0) or 0)
+    body = source.split(f"{entry}(", 1)[-1].split('extern "C"', 1)[0] if source else ""
+    if smem or re.search(r"wp::tile(?!_shared_storage_t)", body):  # every kernel sets up tile storage
+        raise LaunchpadError(f"kernel {name!r} uses tiles (wp.launch_tiled's block_dim and shared memory), which "
+                             "launchpad does not launch yet; launch it with wp.launch_tiled")  # fmt: skip
+
+
+def warp_spec(image: bytes, entry: str, name: str, words: list[str], labels: list[str], args: list[Arg], *,
+              kernel_dim: int, block_dim: int, version: str) -> KernelSpec:  # fmt: skip
+    """The finished spec of a Warp kernel's forward entry in a cubin (see :func:`from_warp`)."""
+    check_version(version)
+    spec = spec_from_image(image, "cubin", entry, signature=words, display_name=name)
+    params = tuple(p.__class__(**{**p.to_json(), "name": labels[p.index]}) for p in spec.params)
+    return spec.replace(
+        params=params,
+        args=tuple(args),
+        plan=LaunchPlan(block=(block_dim, 1, 1)),
+        metadata={
+            "frontend": "warp",
+            "warp_version": version,
+            "kernel_dim": kernel_dim,
+            "block_dim": block_dim,
+            "arch": cubin_arch(image) or "",
+        },
+    )

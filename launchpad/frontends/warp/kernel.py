@@ -1,0 +1,96 @@
+"""``WarpKernel``: a Warp kernel launched as ``kernel[dim](*args)``, with Warp's launch semantics.
+
+A Warp launch is given its threads (``dim``, 1-4 extents), not its grid: the kernel's first
+parameter is ``launch_bounds_t<N>``, and the grid is ``min(ceil(size / block), max_blocks)`` blocks
+of the module's ``block_dim`` (:mod:`.args`). ``kernel[dim]`` computes both once per ``dim`` (the
+Kernel's cache of configurations keeps them) and returns the compiled executor's configured launch
+with the bounds bound before the arguments: per launch nothing is computed that ``dim`` fixes.
+
+The class is registered for ``metadata["frontend"] == "warp"`` (``launchpad.kernel.KERNEL_TYPES``),
+so :func:`launchpad.load` of a saved Warp kernel gives one, without Warp installed.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import ArgumentError, ArgumentTypeError
+from ...kernel import KERNEL_TYPES, Kernel
+from .args import MAX_DIMS, MAX_EXTENT, bounds_words, grid_of, launch_bounds
+
+__all__ = ["WarpKernel"]
+
+
+class WarpKernel(Kernel):
+    """A Warp kernel (:func:`launchpad.from_warp`, or :func:`launchpad.load` of a saved one).
+
+    Launch it as ``wp.launch`` does, with torch tensors for arrays: ``kernel[dim](*args)``, where
+    ``dim`` is an int or a tuple of 1-4 ints (the threads; ``wp.tid()`` their coordinates), or
+    ``kernel.configure(dim, max_blocks=..., stream=...)(*args)``. ``kernel.bounds(dim)`` gives the
+    grid and the launch-bounds value that :meth:`~launchpad.Kernel.launch` and
+    :meth:`~launchpad.Kernel.bind` take as the first argument: ``kernel.launch(grid, None, bounds,
+    *args)``.
+    """
+
+    @property
+    def kernel_dim(self) -> int:
+        """``N`` of the kernel's ``launch_bounds_t<N>``: the dimensions its ``wp.tid()`` unpacks."""
+        return int(self.spec.metadata["kernel_dim"])
+
+    @property
+    def block_dim(self) -> int:
+        """Threads per block: the module's ``block_dim`` the kernel was compiled with."""
+        block = self.spec.plan.block
+        return block[0] if block is not None else 256
+
+    def bounds(self, dim: Any, max_blocks: int = 0) -> tuple[int, bytes]:
+        """The grid (blocks) and ``launch_bounds_t`` bytes of a launch of ``dim`` threads.
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``dim`` is not an int or a sequence of ints.
+        ArgumentError
+            ``dim`` has more than 4 dimensions, or a negative or too large extent.
+        """
+        name = self.spec.display_name
+        try:
+            extents = (operator.index(dim),) if not isinstance(dim, (tuple, list)) else tuple(map(operator.index, dim))
+            blocks = operator.index(max_blocks)
+        except TypeError:
+            raise ArgumentTypeError(f"kernel {name!r}: dim must be an int or a tuple of 1-{MAX_DIMS} ints (the "
+                                    f"threads, as wp.launch takes them), got {dim!r}") from None  # fmt: skip
+        if not 1 <= len(extents) <= MAX_DIMS:
+            raise ArgumentError(f"kernel {name!r}: dim must have 1-{MAX_DIMS} dimensions (Warp's LAUNCH_MAX_DIMS), "
+                                f"got {dim!r}")  # fmt: skip
+        for axis, n in enumerate(extents):
+            if not 0 <= n <= MAX_EXTENT:
+                raise ArgumentError(f"kernel {name!r}: dim[{axis}] = {n} is outside [0, {MAX_EXTENT}] (wp.tid() "
+                                    "gives signed 32-bit coordinates; wp.launch refuses it too)")  # fmt: skip
+        data, size = launch_bounds(extents, self.kernel_dim)
+        return grid_of(size, self.block_dim, blocks), data
+
+    def configure(self, dim: Any, *, max_blocks: int = 0, stream: Any = None) -> Callable[..., None]:
+        """``kernel[dim]`` with ``wp.launch``'s ``max_blocks`` (0: no cap) and a stream (None:
+        torch's current stream)."""
+        grid, data = self.bounds(dim, max_blocks)
+        options = {} if stream is None else {"stream": stream}
+        return functools.partial(self._executor.configure(grid, None, options), data)
+
+    def _configure(self, config: Any) -> Callable[..., None]:
+        return self.configure(config)
+
+    def _traced_config(self, config: Any) -> Callable[..., None]:
+        """``kernel[dim]`` under torch.compile: :meth:`launch` with the bounds as the words the
+        operator's ``int[]`` takes."""
+        grid, data = self.bounds(config)
+        return functools.partial(self.launch, grid, None, list(bounds_words(data, self.kernel_dim)))
+
+    def __repr__(self) -> str:
+        return f"<launchpad.WarpKernel {self.display_name!r} ({len(self.params)} params, block {self.block_dim})>"
+
+
+KERNEL_TYPES["warp"] = WarpKernel

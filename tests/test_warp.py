@@ -1,0 +1,272 @@
+"""The Warp front end on the CPU: layouts against Warp's own ctypes structures, the bytes that reach
+the driver (both executors, ``fake_gpu``), refusals, artifacts without Warp, the operator schema.
+
+Tests marked ``needs_warp`` compile with Warp (PyPI ``warp-lang``; sm_90 without a GPU); the others
+run on the artifacts carried in ``tests/cubins/warp`` (``python tests/warp_kernels.py`` remakes them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import json
+import math
+import struct
+import subprocess
+import sys
+
+import pytest
+import torch
+from warp_kernels import ARTIFACTS, CASES, kernels
+
+import launchpad
+from launchpad import ArgumentError, ArgumentTypeError, LaunchpadError, UnsupportedVersion
+from launchpad.frontends.warp import args as warp_args
+from launchpad.frontends.warp.versions import check_version
+
+needs_warp = pytest.mark.skipif(
+    importlib.util.find_spec("warp") is None, reason="Warp (PyPI warp-lang) is not installed"
+)
+
+
+def carried(name: str) -> launchpad.WarpKernel:
+    kernel = launchpad.load(ARTIFACTS / f"{name}.json")
+    assert isinstance(kernel, launchpad.WarpKernel)
+    return kernel
+
+
+def array_t(t: torch.Tensor, inner: int = 0) -> bytes:
+    """``wp::array_t`` of a tensor, by hand: its last ``inner`` dimensions are the element's."""
+    n = t.dim() - inner
+    shape, strides = list(t.shape[:n]), [s * t.element_size() for s in t.stride()[:n]]
+    pad = [0] * (4 - n)
+    return struct.pack("<QQ4i4iHH4x", t.data_ptr(), 0, *shape, *pad, *strides, *pad, n, 0)
+
+
+def bounds(shape: tuple[int, ...], size: int, coord_mult: int = 1) -> bytes:
+    head = struct.pack(f"<{len(shape)}I", *shape)
+    return head + bytes(-len(head) % 8) + struct.pack("<QQ", size, coord_mult)
+
+
+# --- layouts against Warp's own structures ---------------------------------------------------------
+
+
+@needs_warp
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4), (2, 3, 4, 5), (0,), (1, 1)])
+def test_array_t_equals_warps(shape):
+    from warp._src.types import array_t as warp_array_t
+
+    strides = tuple(4 * math.prod(shape[d + 1 :]) + 8 * d for d in range(len(shape)))
+    theirs = bytes(warp_array_t(data=0x7F0012345600, grad=0, ndim=len(shape), shape=shape, strides=strides))
+    assert warp_args.pack_array(0x7F0012345600, shape, strides) == theirs
+    assert len(theirs) == warp_args.ARRAY_BYTES == 56
+
+
+@needs_warp
+@pytest.mark.parametrize("kernel_dim", [1, 2, 3, 4])
+@pytest.mark.parametrize("dim", [(5,), (3, 4), (2, 3, 4), (2, 3, 4, 5), (0, 7), (1000000,)])
+def test_launch_bounds_equal_warps(dim, kernel_dim):
+    from warp._src.context import _build_launch_bounds_from_tuple
+
+    theirs = _build_launch_bounds_from_tuple(dim, kernel_dim)
+    ours, size = warp_args.launch_bounds(dim, kernel_dim)
+    assert ours == bytes(theirs) and size == theirs.size
+    assert len(ours) == warp_args.BOUNDS_BYTES[kernel_dim] == ctypes.sizeof(theirs)
+
+
+@needs_warp
+def test_vector_and_matrix_values_equal_warps():
+    import warp as wp
+
+    wp.config.quiet = True
+    wp.init()  # fp16 conversions go through Warp's native library
+
+    ctx = launchpad.launch.checks.Context("k", (), ())
+    arg = launchpad.Arg("v", "expand", (1,), params=(1,), converter="warp_value")
+    cases = [(wp.vec3, "fp32", [3], (1.5, -2.0, 3.25)), (wp.vec2h, "fp16", [2], (0.5, 7.0)),
+             (wp.vec4i, "i32", [4], (1, -2, 3, 2**31 - 1)), (wp.mat22d, "fp64", [2, 2], ((1.0, 2.0), (3.0, 4.0))),
+             (wp.quat, "fp32", [4], (0.0, 0.0, 0.0, 1.0)), (wp.transform, "fp32", [7], tuple(range(7)))]  # fmt: skip
+    for wtype, word, shape, value in cases:
+        theirs = bytes(wtype(*[c for row in value for c in (row if isinstance(row, tuple) else (row,))]))
+        ours = warp_args.convert_value(value, 0, 0, ctx, arg, word=word, shape=shape)[0]
+        assert ours == theirs, wtype
+        flat = torch.tensor(value)  # a tensor of the components packs the same
+        assert warp_args.convert_value(flat, 0, 0, ctx, arg, word=word, shape=shape)[0] == theirs
+
+
+@pytest.mark.parametrize(("size", "block", "max_blocks", "grid"), [
+    (1000, 256, 0, 4), (1024, 256, 0, 4), (1025, 256, 0, 5), (1, 256, 0, 1), (0, 256, 0, 0), (10**6, 256, 7, 7),
+    (10**6, 128, -1, 7813), (2**40, 256, 0, 2**31 - 1)])  # fmt: skip
+def test_grid_is_warps(size, block, max_blocks, grid):
+    """wp_cuda_launch_kernel's grid-stride rule: ceil(size / block), capped by max_blocks (or 2**31 - 1)."""
+    assert warp_args.grid_of(size, block, max_blocks) == grid
+
+
+# --- signatures compiled for sm_90 without a GPU ----------------------------------------------------
+
+
+@needs_warp
+def test_signatures_and_layouts():
+    import warp as wp
+
+    expected = {
+        "saxpy": (["bytes24", "fp32", "bytes56", "bytes56"], 1),
+        "scale2d": (["bytes24", "bytes56", "bytes56", "fp32"], 2),
+        "cross": (["bytes24", "bytes56", "bytes56", "bytes56", "bytes12"], 1),
+        "matvec": (["bytes24", "bytes36", "bytes56", "bytes56"], 1),
+        "index3d": (["bytes32", "bytes56", "i32"], 3),
+        "add4d": (["bytes32", "bytes56", "bytes56", "bytes56"], 4),
+        "mixed": (["bytes24", "bytes56", "bytes56", "i64", "u8", "i1"], 1),
+    }
+    for name, (words, kernel_dim) in expected.items():
+        k = launchpad.from_warp(kernels()[name], arch="sm_90")
+        assert [p.type for p in k.params] == words, name
+        assert k.kernel_dim == kernel_dim and k.block_dim == 256 and k.spec.metadata["arch"] == "sm_90"
+        assert k.metadata["warp_version"] == wp.__version__
+        assert k.name.endswith("_cuda_kernel_forward") and k.params[0].name == "dim"
+    # the carried artifacts are what from_warp makes here
+    for case in CASES:
+        assert [p.to_json() for p in carried(case.name).params] == [
+            p.to_json() for p in launchpad.from_warp(kernels()[case.name], arch=90).params]  # fmt: skip
+    saxpy = launchpad.from_warp(kernels()["saxpy"], arch=90)
+    assert [a.converter or a.kind for a in saxpy.args] == ["warp_bounds", "param", "warp_array", "warp_array"]
+    assert saxpy.args[2].options == {"ndim": 1, "dtype": "float32", "itemsize": 4, "element": [],
+                                     "type": "a 1-d array of float32"}  # fmt: skip
+
+
+@needs_warp
+def test_parameter_kinds_not_packed_are_refused_by_name():
+    with pytest.raises(LaunchpadError, match=r"kernel 'takes_struct', parameter 'p' .*wp.struct parameters are not"):
+        launchpad.from_warp(kernels()["takes_struct"], arch=90)
+
+    with pytest.raises(LaunchpadError, match=r"kernel 'tiled' uses tiles .*launch it with wp.launch_tiled"):
+        launchpad.from_warp(kernels()["tiled"], arch=90)
+    with pytest.raises(LaunchpadError, match=r"kernel 'indexed', parameter 'a' .*indexedarray parameters"):
+        launchpad.from_warp(kernels()["indexed"], arch=90)
+    with pytest.raises(LaunchpadError, match=r"kernel 'generic' is generic: launch an overload"):
+        launchpad.from_warp(kernels()["generic"], arch=90)
+    with pytest.raises(ArgumentTypeError, match=r"from_warp takes a @wp\.kernel function, got function"):
+        launchpad.from_warp(lambda: None, arch=90)
+
+
+def test_other_releases_refused_by_name():
+    check_version("1.19.0")
+    for version in ("1.18.2", "1.20.0", "2.0.0", ""):
+        with pytest.raises(UnsupportedVersion, match=r"follows Warp 1\.19.*warp-lang .* is installed"):
+            check_version(version)
+
+
+# --- the bytes reaching cuLaunchKernel, both executors ------------------------------------------------
+
+
+def test_saxpy_bytes(fake_gpu):
+    k = fake_gpu.install(carried("saxpy"))
+    x, y = torch.randn(1000), torch.randn(1000)
+    k[1000](2.5, x, y)
+    launch = fake_gpu.last
+    assert (launch.grid, launch.block, launch.shared_mem, launch.stream) == ((4, 1, 1), (256, 1, 1), 0, 0x5000)
+    assert launch.params == [bounds((1000,), 1000), struct.pack("<f", 2.5), array_t(x), array_t(y)]
+    k[(1000,)](2.5, x, y)  # a tuple dim is the same launch
+    assert fake_gpu.last.params == launch.params and fake_gpu.last.grid == (4, 1, 1)
+    grid, data = k.bounds(1000)
+    k.launch(grid, None, data, 2.5, x, y)
+    assert fake_gpu.last.params == launch.params
+    k.bind(grid, None, data, 2.5, x, y)()
+    assert fake_gpu.last.params == launch.params
+
+
+def test_launch_semantics(fake_gpu):
+    k = fake_gpu.install(carried("saxpy"))
+    x, y = torch.randn(4096), torch.randn(4096)
+    k.configure(4096, max_blocks=3)(1.0, x, y)  # grid-stride: fewer blocks, the same bounds
+    assert fake_gpu.last.grid == (3, 1, 1) and fake_gpu.last.params[0] == bounds((4096,), 4096)
+    k[(1024, 4)](1.0, x, y)  # dimensions beyond the kernel's wp.tid() fold into coord_mult
+    assert fake_gpu.last.grid == (16, 1, 1) and fake_gpu.last.params[0] == bounds((1024,), 4096, 4)
+    count = len(fake_gpu.launches)
+    k[0](1.0, x, y)  # nothing to launch, as wp.launch
+    assert len(fake_gpu.launches) == count
+    k3 = fake_gpu.install(carried("index3d"))
+    out = torch.empty(5, 6, 7, dtype=torch.int32)
+    k3[(5, 6)](out, 3)  # fewer dimensions than wp.tid() unpacks: padded with ones
+    assert fake_gpu.last.params[0] == bounds((5, 6, 1), 30)
+
+
+def test_strided_vector_matrix_and_scalar_bytes(fake_gpu):
+    k = fake_gpu.install(carried("scale2d"))
+    base = torch.randn(48, 70)
+    view, out = base[3:43, ::2].t(), torch.empty(70, 50)[5:40, 3:43]
+    k[(35, 40)](view, out, 0.5)
+    p = fake_gpu.last.params
+    assert p[1] == struct.pack("<QQ4i4iHH4x", base.data_ptr() + 840, 0, 35, 40, 0, 0, 8, 280, 0, 0, 2, 0)
+    assert p[2] == array_t(out) and p[3] == struct.pack("<f", 0.5)
+    kc = fake_gpu.install(carried("cross"))
+    a, b, c = torch.randn(9, 3), torch.randn(9, 3), torch.empty(9, 3)
+    kc[9](a, b, c, (1.0, 2.0, 3.0))
+    assert fake_gpu.last.params[1:] == [array_t(a, 1), array_t(b, 1), array_t(c, 1), struct.pack("<3f", 1, 2, 3)]
+    km = fake_gpu.install(carried("matvec"))
+    m = torch.arange(9.0).reshape(3, 3)
+    km[9](m, a, c)
+    assert fake_gpu.last.params[1] == struct.pack("<9f", *range(9))
+    km[9](m.tolist(), a, c)  # nested lists: the same row-major components
+    assert fake_gpu.last.params[1] == struct.pack("<9f", *range(9))
+    kx = fake_gpu.install(carried("mixed"))
+    x, o = torch.randn(30).half(), torch.empty(30, dtype=torch.int64)
+    kx[30](x, o, -(2**40), 255, True)
+    assert fake_gpu.last.params[3:] == [struct.pack("<q", -(2**40)), b"\xff", b"\x01"]
+    k4 = fake_gpu.install(carried("add4d"))
+    t = torch.randn(2, 3, 4, 5, dtype=torch.float64)
+    k4[(2, 3, 4, 5)](t, t, t)
+    assert fake_gpu.last.params[:2] == [bounds((2, 3, 4, 5), 120), array_t(t)]
+
+
+def test_wrong_arguments_refused_before_launch(fake_gpu):
+    k = fake_gpu.install(carried("saxpy"))
+    x, y = torch.randn(64), torch.randn(64)
+    with pytest.raises(ArgumentTypeError, match=r"kernel 'saxpy', argument 2 \('x'\): expected float32 elements"):
+        k[64](1.0, x.double(), y)
+    with pytest.raises(ArgumentError, match=r"kernel 'saxpy', argument 3 \('y'\): expected a tensor of 1 dimensions"):
+        k[64](1.0, x, y.reshape(8, 8))
+    with pytest.raises(ArgumentError, match=r"kernel 'saxpy': dim must have 1-4 dimensions"):
+        k[(1, 1, 1, 1, 1)]
+    with pytest.raises(ArgumentError, match=r"dim\[0\] = -1 is outside"):
+        k[-1]
+    with pytest.raises(ArgumentTypeError, match=r"dim must be an int or a tuple"):
+        k[1.5]
+    kc = fake_gpu.install(carried("cross"))
+    a = torch.randn(9, 3)
+    with pytest.raises(ArgumentTypeError, match=r"argument 4 \('offset'\): expected 3 components for vec3f"):
+        kc[9](a, a, a, (1.0, 2.0))
+    with pytest.raises(ArgumentError, match=r"argument 1 \('a'\): dimension 1 is 4, the element type's extent is 3"):
+        kc[9](torch.randn(9, 4), a, a, (1.0, 2.0, 3.0))
+    with pytest.raises(ArgumentError, match=r"argument 1 \('a'\): the element type's dimensions must be compact"):
+        kc[9](torch.randn(3, 9).t(), a, a, (1.0, 2.0, 3.0))
+    assert not fake_gpu.launches
+
+
+# --- artifacts without Warp, the operator schema -------------------------------------------------------
+
+
+def test_artifact_loads_without_warp(tmp_path):
+    code = (
+        "import sys; sys.modules['warp'] = None\n"
+        "import launchpad, struct\n"
+        f"k = launchpad.load({str(ARTIFACTS / 'saxpy.json')!r})\n"
+        "assert type(k).__name__ == 'WarpKernel' and k.kernel_dim == 1 and k.block_dim == 256\n"
+        "grid, data = k.bounds(1000)\n"
+        "assert grid == 4 and data == struct.pack('<IIQQ', 1000, 0, 1000, 1)\n"
+        "try:\n    import warp\nexcept ImportError:\n    print('no warp')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "no warp"
+    body = json.loads((ARTIFACTS / "saxpy.json").read_text())
+    assert body["spec"]["metadata"]["frontend"] == "warp" if "spec" in body else True
+
+
+def test_operator_schema():
+    from launchpad.torch_ops import _describe
+
+    inputs, consts = _describe("warp_saxpy", carried("saxpy"), None)
+    assert [(i.name, i.type) for i in inputs] == [("dim", "int[]"), ("a", "float"), ("x", "Tensor"), ("y", "Tensor")]
+    inputs, _ = _describe("warp_cross", carried("cross"), None)
+    assert inputs[-1].type == "float[]" and not consts
