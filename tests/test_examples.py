@@ -19,18 +19,23 @@ import launchpad
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 HAS_GPU = torch.cuda.is_available()
-NEEDS = {"triton_kernel.py": "triton", "numba_kernel.py": "numba.cuda", "distributed.py": "triton"}
+NEEDS = {"triton_kernel.py": "triton", "numba_kernel.py": "numba.cuda", "distributed.py": "triton",
+         "record_llama_decode.py": "transformers", "record_gpt2_training.py": "transformers"}  # fmt: skip
 WITHOUT_A_GPU = {
     "cpp_kernel.py": "no GPU: compiled for sm_90 but not launched",
     "triton_kernel.py": "no GPU: compiled for sm_90 but not launched",
     "numba_kernel.py": "no GPU: compiled only",
     "distributed.py": "rank 0: no GPU: compiled for sm_90 but not launched",
+    "record_llama_decode.py": "no GPU: one eager decode step on the CPU",
+    "record_gpt2_training.py": "no GPU: one eager training step of both twins on the CPU",
 }
 ON_A_GPU = {
     "cpp_kernel.py": "reverse_scale<float>: OK",
     "triton_kernel.py": "refused before any driver call",
     "numba_kernel.py": "matches torch",
     "distributed.py": "rank 0: all-reduced C++ and Triton results match torch",
+    "record_llama_decode.py": "the recorded compiled step's tokens equal the compiled step's",
+    "record_gpt2_training.py": "10 replays: losses (",
 }
 
 

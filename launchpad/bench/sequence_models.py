@@ -72,7 +72,6 @@ def gpt2_config(layers: int = 4, hidden: int = 512, vocab: int = 16384, position
     cfg = GPT2Config(vocab_size=vocab, n_positions=positions, n_embd=hidden, n_layer=layers, n_head=8,
                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)  # fmt: skip
     cfg._attn_implementation = "sdpa"
-    cfg.loss_type = "ForCausalLM"  # what GPT-2's LM head computes (transformers warns where it must guess)
     return cfg
 
 
@@ -205,6 +204,7 @@ class Training(_Workload):
         from transformers import GPT2LMHeadModel
 
         self.template = _seeded(lambda: GPT2LMHeadModel(self.config)).to(device)
+        self.template.loss_type = "ForCausalLM"  # what its LM head computes (transformers warns where it guesses)
         gen = torch.Generator(device="cpu").manual_seed(1)
         shape = (batch, self.config.n_positions)
         self.inputs = [tuple(torch.randint(0, self.config.vocab_size, shape, generator=gen).to(device)
