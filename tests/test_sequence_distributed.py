@@ -1,0 +1,192 @@
+"""Recorded steps on several GPUs, the parts that need none (``launchpad.sequences.distributed``):
+finding the DistributedDataParallel modules a step reaches, the warm-up it gets, the refusal that
+gives the recipe, and the sequences closed before a process group is destroyed. A process group of
+one (gloo, on the CPU) stands in; ``tests/test_sequence_distributed_gpu.py`` runs the steps on two GPUs.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import launchpad as lp
+from launchpad.sequences import distributed as D
+from launchpad.sequences.capture import Node
+
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("needs torch.distributed with gloo", allow_module_level=True)
+
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    if dist.is_initialized():
+        yield None
+        return
+    store = tmp_path_factory.mktemp("gloo") / "store"
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1)
+    yield dist.group.WORLD
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def ddp(group):
+    return DDP(torch.nn.Linear(4, 4))
+
+
+GLOBAL_DDP = None
+
+
+def through_global(x):
+    return GLOBAL_DDP(x)
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model
+
+    def step(self, x):
+        return self.model(x)
+
+    def __call__(self, x):
+        return self.model(x)
+
+
+def test_ddp_modules_found_where_a_step_reaches_them(ddp):
+    global GLOBAL_DDP
+
+    def closure(x):
+        return ddp(x)
+
+    def calls_closure(x):
+        return closure(x)
+
+    class Wrapper(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.inner = ddp
+
+    trainer = Trainer(ddp)
+    assert D.ddp_modules(closure, {}) == [ddp]
+    assert D.ddp_modules(calls_closure, {}) == [ddp]  # (a function it calls, through its closure)
+    assert D.ddp_modules(trainer.step, {}) == [ddp]  # (a bound method's object)
+    assert D.ddp_modules(trainer, {}) == [ddp]  # (a callable object)
+    assert D.ddp_modules(functools.partial(lambda m, x: m(x), ddp), {}) == [ddp]
+    assert D.ddp_modules(Wrapper(), {}) == [ddp]  # (a submodule)
+    assert D.ddp_modules(ddp, {}) == [ddp]
+    assert D.ddp_modules(lambda m, x: m(x), {"m": ddp}) == [ddp]  # (an argument)
+    GLOBAL_DDP = ddp
+    try:
+        assert D.ddp_modules(through_global, {}) == [ddp]
+    finally:
+        GLOBAL_DDP = None
+    assert D.ddp_modules(through_global, {}) == []
+    assert D.ddp_modules(lambda x: x * 2, {"x": torch.ones(2)}) == []
+
+
+def test_a_ddp_step_is_warmed_up_eleven_times(ddp):
+    step = Trainer(ddp).step
+    with D.prepared(step, {}, 0, True) as steps:
+        assert steps.runs == D.DDP_WARMUP == 11
+        assert steps.ddps == [ddp]
+        runs = []
+        steps.warm_up(lambda checked: runs.append(checked) or False)
+    assert runs == [False] * 10 + [True]  # (only the last checks for host waits: DDP's first ones wait)
+    with D.prepared(lambda x: x, {}, 0, True) as steps:
+        assert steps.runs == 1 and steps.ddps == []
+    with D.prepared(step, {}, 0, 12) as steps:
+        assert steps.runs == 12
+
+
+@pytest.mark.skipif(not hasattr(torch._C, "_set_override_stale_capture_stream"), reason="torch without it")
+def test_stale_streams_are_redirected_while_recording_only(ddp):
+    before = torch._C._override_stale_capture_stream()
+    with D.prepared(Trainer(ddp).step, {}, 0, True):
+        assert torch._C._override_stale_capture_stream()
+    assert torch._C._override_stale_capture_stream() == before
+
+
+@pytest.mark.parametrize("warmup", [False, 3])
+def test_too_few_warm_ups_are_refused_before_running(ddp, warmup):
+    ran = []
+
+    def step(x):
+        ran.append(x)
+        return ddp(x)
+
+    with pytest.raises(lp.RecordError, match=r"warmup=.*build it on a side stream"):
+        with D.prepared(step, {}, 0, warmup):
+            pass
+    assert ran == []
+
+
+def test_a_ddp_module_found_by_running_gets_its_warm_ups(ddp):
+    class Hidden:  # (a class is not followed: only running the step finds the module)
+        model = ddp
+
+    def step(x):
+        return Hidden.model(x)
+
+    assert D.ddp_modules(step, {}) == []
+    with D.prepared(step, {}, 0, True) as steps:
+        assert steps.runs == 1
+        runs = []
+        steps.warm_up(lambda checked: runs.append(checked) or bool(step(torch.ones(2, 4)) is None))
+    assert runs == [True] + [False] * 10 + [True]  # (the first, checked, found it: 11 more)
+    assert steps.ddps == [ddp]
+
+
+def test_a_failed_capture_of_a_ddp_step_gives_the_recipe(ddp):
+    with pytest.raises(lp.RecordError, match=r"could not be captured: boom.*side stream"):
+        with D.prepared(Trainer(ddp).step, {}, 0, True):
+            raise lp.RecordError("the function could not be captured: boom")
+    with pytest.raises(lp.RecordError, match=r"^the function could not be captured: boom$"):
+        with D.prepared(lambda x: x, {}, 0, True):  # (no DDP: as it was)
+            raise lp.RecordError("the function could not be captured: boom")
+
+
+def test_record_takes_a_count_of_warm_ups():
+    assert inspect.signature(lp.record).parameters["warmup"].default is True
+    assert "int" in str(inspect.signature(lp.record).parameters["warmup"].annotation)
+
+
+def nccl_node() -> Node:
+    return Node(1, "kernel", name="ncclDevKernel_AllReduce_Sum_f32_RING_LL")
+
+
+class FakeSequence:
+    def __init__(self, nodes):
+        self._plan = SimpleNamespace(nodes=nodes)
+        self.closed = 0
+
+    def close(self):
+        self.closed += 1
+
+
+def test_sequences_holding_nccl_work_are_told_apart():
+    assert D.holds_nccl([Node(0, "kernel", name="gemm"), nccl_node()])
+    assert D.holds_nccl([Node(0, "graph", children=[nccl_node()])])
+    assert not D.holds_nccl([Node(0, "kernel", name="gemm"), Node(2, "memcpy")])
+    plain = D.track(FakeSequence([Node(0, "kernel", name="gemm")]))
+    assert plain not in D._LIVE
+
+
+def test_destroying_a_process_group_closes_them_first(group):
+    held = D.track(FakeSequence([nccl_node()]))
+    plain = D.track(FakeSequence([Node(0, "kernel", name="gemm")]))
+    assert held in D._LIVE
+    assert getattr(dist.destroy_process_group, "__launchpad_wrapped__", None) is not None
+    from torch.distributed import distributed_c10d
+
+    assert distributed_c10d.destroy_process_group is dist.destroy_process_group
+    sub = dist.new_group([0])
+    dist.destroy_process_group(sub)
+    assert held.closed == 1 and plain.closed == 0
+    assert held not in D._LIVE
+    dist.barrier()  # (the default group is still there)
