@@ -264,7 +264,7 @@ def _input(where: str, kernel: Kernel | Any, arg: Any, position: int, label: str
     """The schema type (and tensor checks) of one kernel argument."""
     what = f"{where}, argument {position} ({label!r})"
     if arg.kind == "expand":
-        if arg.converter == "cutile_array":
+        if arg.converter in ("cutile_array", "cute_tensor"):  # a cuTile array, a CuTe DSL tensor
             return _Input(label, position, "Tensor")
         if arg.converter == "numba_array":
             dtype = getattr(torch, str(arg.options.get("dtype")), None)

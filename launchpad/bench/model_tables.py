@@ -16,7 +16,16 @@ from typing import Any
 from . import harness
 from .report import ratio_text, us
 
-__all__ = ["check_text", "model_tables", "models_apart"]
+__all__ = ["CHECK_STEPS", "MISSING", "MODELS", "check_text", "model_tables", "models_apart"]
+
+MODELS = {
+    "llama_decode": "Llama decode step: 4 layers, d_model 1024, 16 heads (4 KV heads), MLP 2816, vocabulary 32000, "
+    "bf16, batch 1, one token a step, StaticCache of 4,096 tokens",
+    "gpt2_training": "GPT-2 training step: 4 layers, d_model 512, 8 heads, vocabulary 16384, fp32, batch 8 of 256 "
+    "tokens, no dropout, LM loss, AdamW(capturable=True, foreach=True)",
+}
+MISSING = "transformers is not installed (pip install 'launchpad-kernels[models]')"
+CHECK_STEPS = 6
 
 
 def check_text(check: dict[str, Any] | None) -> str:
@@ -66,8 +75,6 @@ def models_apart(rounds: int, batch: int, log: Callable[[str], None]) -> dict[st
     """:func:`measure_models`, each model in a process of its own (what one loses, the other keeps),
     with a third of the section's ``rounds`` and a quarter of its ``batch`` (a model's step is
     milliseconds, not microseconds); "missing" without ``transformers``, nothing started."""
-    from .sequence_models import CHECK_STEPS, MISSING, MODELS
-
     rounds, batch = max(5, rounds // 3), max(5, batch // 4)
     out: dict[str, Any] = {"check_steps": CHECK_STEPS, "rounds": rounds, "batch": batch, "steps": 20, "models": {}}
     if importlib.util.find_spec("transformers") is None:

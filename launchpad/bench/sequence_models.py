@@ -28,19 +28,12 @@ from typing import Any
 
 from . import harness
 from .harness import Entry, Failed, Missing, Timed, WrongResult
+from .model_tables import CHECK_STEPS, MISSING, MODELS, check_text, model_tables
 from .sequence_training import first_line
 
 __all__ = ["MISSING", "MODELS", "Decode", "Training", "gpt2_config", "llama_config", "measure_models"]
 
-MODELS = {
-    "llama_decode": "Llama decode step: 4 layers, d_model 1024, 16 heads (4 KV heads), MLP 2816, vocabulary 32000, "
-    "bf16, batch 1, one token a step, StaticCache of 4,096 tokens",
-    "gpt2_training": "GPT-2 training step: 4 layers, d_model 512, 8 heads, vocabulary 16384, fp32, batch 8 of 256 "
-    "tokens, no dropout, LM loss, AdamW(capturable=True, foreach=True)",
-}
-MISSING = "transformers is not installed (pip install 'launchpad-kernels[models]')"
 CACHE_LEN = 4096
-CHECK_STEPS = 6
 POOL = 8  # inputs in the rotation
 RTOL = {"llama_decode": 1e-4, "gpt2_training": 1e-4}  # the same kernels as eager
 COMPILE_RTOL = {"llama_decode": 3e-2, "gpt2_training": 1e-3}  # inductor's kernels round otherwise (bf16 decode)
@@ -356,8 +349,6 @@ def measure_models(rounds: int, batch: int, log: Callable[[str], None] = print, 
                 sync()
                 torch.cuda.empty_cache()
             harness.add_ratios(results, f"{name}_{GRAPH}")
-            from .model_tables import check_text
-
             for key, rec in results.items():
                 if (check := work.checks.get(key.removeprefix(f"{name}_"))) is not None:
                     rec["check"] = check
@@ -374,7 +365,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     this part alone, in this process; tables on stdout, progress on stderr."""
     import argparse
 
-    from .model_tables import model_tables
     from .report import format_table
 
     p = argparse.ArgumentParser("python -m launchpad.bench.sequence_models", description="Real models recorded.")
