@@ -28,6 +28,7 @@ from .errors import (
     UnsupportedVersion,
 )
 from .frontends.cpp.compiler import compile_cuda, compile_cuda_module, compile_cuda_object, link
+from .frontends.cute.frontend import from_cute
 from .frontends.cutile.frontend import from_cutile
 from .frontends.helion.kernel import HelionKernel
 from .frontends.numba.frontend import from_numba
@@ -43,6 +44,7 @@ from .torch_ops import torch_op
 
 # isort: split
 # Converters for arguments that expand into several parameters, and launch hooks, register on import.
+from .frontends.cute import args as _cute_args  # noqa: F401
 from .frontends.cutile import args as _cutile_args  # noqa: F401
 from .frontends.numba import args as _numba_args  # noqa: F401
 from .frontends.triton import hooks as _triton_hooks  # noqa: F401
@@ -78,6 +80,7 @@ __all__ = [
     "compile_cuda",
     "compile_cuda_module",
     "compile_cuda_object",
+    "from_cute",
     "from_cutile",
     "from_image",
     "from_numba",

@@ -76,6 +76,29 @@ import cute_probe as probe  # noqa: E402
 from cutlass.cute.runtime import from_dlpack  # noqa: E402
 
 
+@pytest.fixture
+def fallbacks(monkeypatch):
+    """Launches the compiled executor handed to the Python one (counted at the Python launch)."""
+    from launchpad.launch import pylaunch
+
+    counted: list[tuple] = []
+    build = pylaunch.build
+
+    def counting_build(spec, runtime, devices):
+        made = build(spec, runtime, devices)
+        inner = made.launch
+
+        def launch(*args, **kw):
+            counted.append(args)
+            return inner(*args, **kw)
+
+        made.launch = launch
+        return made
+
+    monkeypatch.setattr(pylaunch, "build", counting_build)
+    return counted
+
+
 def cute_view(x, marks, align):
     t = from_dlpack(x, assumed_align=align)
     if marks == "dynamic":
@@ -110,7 +133,7 @@ def make(dtype, shape, view):
 @pytest.mark.parametrize(
     "dtype, shape, view, marks, align", SIGNATURES, ids=[f"{s[0]}-{s[1]}-{s[3]}" for s in SIGNATURES]
 )
-def test_layout_matches_the_cubin_and_cutes_own_packing(fake_gpu, dtype, shape, view, marks, align):
+def test_layout_matches_the_cubin_and_cutes_own_packing(fake_gpu, fallbacks, dtype, shape, view, marks, align):
     """The struct launchpad packs from a tensor is byte for byte the one CuTe's JIT call packs from
     the same tensor (its argument's C value), and the cubin's parameter is that size."""
     x = make(dtype, shape, view)
@@ -123,6 +146,8 @@ def test_layout_matches_the_cubin_and_cutes_own_packing(fake_gpu, dtype, shape, 
     params = fake_gpu.last.params
     assert params[0] == theirs
     assert params[1:] == [struct.pack("<i", 7), struct.pack("<f", 2.5)]
+    # the compiled executor packed the struct itself (OP_TILE_ARRAY), handing nothing to Python
+    assert fallbacks == [] or fake_gpu.executor == "python"
     assert [p.name for p in k.params] == ["t", "s", "f"]
     assert k.spec.metadata["fields"]["t"][0] == "t"
 
@@ -165,7 +190,7 @@ def test_cluster_and_shared_memory_reach_the_launch(fake_gpu):
         (lambda: 3.0, 2, ArgumentTypeError, "expected a torch tensor"),
     ],
 )  # fmt: skip
-def test_wrong_arguments_are_refused_naming_kernel_and_argument(fake_gpu, make_bad, position, error, words):
+def test_wrong_arguments_are_refused_naming_kernel_and_argument(fake_gpu, fallbacks, make_bad, position, error, words):
     fn, args = ck.examples()["add"]
     k = fake_gpu.install(lp.from_cute(fn, args, arch="sm_90"))
     good = [torch.randn(8, 16) for _ in range(3)]
@@ -174,7 +199,9 @@ def test_wrong_arguments_are_refused_naming_kernel_and_argument(fake_gpu, make_b
     with pytest.raises(error, match=words) as info:
         k[1](*good)
     assert f"kernel 'add_kernel', argument {position} ('{name}')" in str(info.value)
-    assert not fake_gpu.launches
+    assert not fake_gpu.launches and fallbacks  # the compiled executor handed it on; the Python one refused it
+    k[1](*[torch.randn(8, 16) for _ in range(3)])
+    assert len(fake_gpu.launches) == 1
 
 
 def test_a_bare_kernel_needs_its_block_and_a_fully_static_tensor_is_a_pointer(fake_gpu):

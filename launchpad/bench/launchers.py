@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 
 from .context import CPP_NAME, CPP_SOURCE, NUMBA_SIGNATURE, TRITON_BLOCK, Context, N  # fmt: skip
+from .cute import CUTE_LAUNCHERS
+from .cute import GROUP as CUTE_GROUP
 from .cutile import CUTILE_LAUNCHERS
 from .cutile import GROUP as CUTILE_GROUP
 from .harness import Entry, Missing, Timed, describe
@@ -393,10 +395,11 @@ LAUNCHERS: list[Entry] = [
     Entry("numba_torch", "Numba dispatcher, torch tensors", "peer", numba_torch),
     Entry("torch_mul", "torch.mul(x, 2, out=y)", "peer", torch_mul),
     *CUTILE_LAUNCHERS,
+    *CUTE_LAUNCHERS,
     Entry("cuda_graph", "CUDA graph replay, per kernel", "graph", cuda_graph),
 ]
 
 
 LAUNCH_KEYS = [e.key for e in LAUNCHERS]
 #: ``--only`` names that stand for several sections and launchers.
-GROUPS: dict[str, list[str]] = {"cutile": CUTILE_GROUP}
+GROUPS: dict[str, list[str]] = {"cutile": CUTILE_GROUP, "cute": CUTE_GROUP}

@@ -156,10 +156,11 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
             op = dict(base, kind=OP_NUMBA_ARRAY, slots=tuple(_slot(spec.params[i]) for i in arg.params),
                       dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, size=o["itemsize"], ndim=o["ndim"],
                       layout=o["layout"])  # fmt: skip
-        elif arg.converter == "cutile_array":
+        elif arg.converter in ("cutile_array", "cute_tensor"):  # a CuTe tensor: its struct's fields, as "slots"
             o = arg.options
             low, high = INDEX_RANGE[o.get("index", "i32")]
-            op = dict(base, kind=OP_TILE_ARRAY, slots=tuple(_slot(spec.params[i]) for i in arg.params),
+            slots = tuple(map(tuple, o["slots"])) if "slots" in o else tuple(_slot(spec.params[i]) for i in arg.params)
+            op = dict(base, kind=OP_TILE_ARRAY, slots=slots,
                       dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, align=o.get("align") or 0, size=low,
                       multiple_of=high, ndim=o["ndim"], flags=1 if o.get("disjoint") else 0, obj=_tile_dims(o))  # fmt: skip
         elif arg.converter == "warp_bounds":  # the bytes kernel[dim] computed, copied; anything else: Python's

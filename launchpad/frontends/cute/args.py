@@ -32,6 +32,7 @@ from ...core.spec import Arg
 from ...errors import ArgumentTypeError
 from ...launch.checks import CONVERTERS, Context, pointer_of
 from ...launch.checks import describe as _describe
+from .layout import packed_widths
 
 __all__ = ["convert_tensor", "struct_of", "tensor_converter"]
 
@@ -40,9 +41,10 @@ _CODES = {4: "i", 8: "q"}
 
 
 def struct_of(fields: list | tuple, size: int) -> struct.Struct:
-    """The packing of one tensor's struct: the pointer, each field at its offset, zeroed pads."""
+    """The packing of one tensor's struct: the pointer, each field at its offset (an ``i32`` before
+    4 pad bytes as an ``i64``: :func:`.layout.packed_widths`), as the compiled executor writes it."""
     fmt, pos = ["<Q"], 8
-    for _, _, offset, width in fields:
+    for (_, _, offset, _), width in zip(fields, packed_widths(fields, size)):
         if offset > pos:
             fmt.append(f"{offset - pos}x")
         fmt.append(_CODES[width])
@@ -56,11 +58,11 @@ def _fast_test(o: dict) -> str:
     """One expression over ``p`` (pointer), ``s`` (shape), ``t`` (strides) that holds when a
     tensor keeps every promise of the layout ``o`` (the slow path words any refusal)."""
     terms = [f"not p % {o['align']}"] if o["align"] > 1 else []
-    for d, value in enumerate(o["shape"]):
+    for d, value in enumerate(o["shape_const"]):
         terms.append(f"s[{d}] == {value}" if value is not None else f"s[{d}] <= {_RANGE[4][1]}")
         if o["shape_div"][d] > 1:
             terms.append(f"not s[{d}] % {o['shape_div'][d]}")
-    for d, value in enumerate(o["stride"]):
+    for d, value in enumerate(o["stride_const"]):
         if value is not None:
             terms.append(f"t[{d}] == {value}")
         else:
@@ -79,7 +81,7 @@ def _width(o: dict, kind: str, mode: int) -> int:
 def _cached_converter(frozen: tuple) -> Callable[..., tuple]:
     o: dict[str, Any] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in frozen}
     o["fields"] = [list(f) for f in o["fields"]]
-    ndim = len(o["shape"])
+    ndim = len(o["shape_const"])
     torch_dtype = getattr(torch, o["dtype"], None)
     keeps = eval(compile(f"lambda p, s, t: {_fast_test(o)}", f"<cute tensor {o['type']}>", "eval"), {})
     packer = struct_of(o["fields"], o["size"]).pack
@@ -132,7 +134,7 @@ def _convert_slow(value: Any, device: int, stream: int, ctx: Context, arg: Arg, 
         raise ctx.error(arg, f"expected {o['dtype']} elements ({what}), got {_describe(value)}", ArgumentTypeError)
     address = pointer_of(ctx, arg, value, device, stream, None)
     shape, strides = tuple(value.shape), tuple(value.stride())
-    ndim = len(o["shape"])
+    ndim = len(o["shape_const"])
     if len(shape) != ndim:
         raise ctx.error(arg, f"expected a {ndim}-d tensor ({what}), got shape {shape}")
     compiled = "the kernel was compiled assuming"
@@ -141,7 +143,7 @@ def _convert_slow(value: Any, device: int, stream: int, ctx: Context, arg: Arg, 
                         f"(align<{o['align']}> in {what})")  # fmt: skip
     for kind, values in (("shape", shape), ("stride", strides)):
         for d, v in enumerate(values):
-            static, div = o[kind][d], o[f"{kind}_div"][d]
+            static, div = o[f"{kind}_const"][d], o[f"{kind}_div"][d]
             if static is not None and v != static:
                 hint = "; .contiguous() makes one" if kind == "stride" else ""
                 raise ctx.error(arg, f"{kind}[{d}] is {v} ({kind} {values}); {compiled} it is {static} "

@@ -281,7 +281,7 @@ def cute_spec(image: bytes, symbol: str, record: dict, version: str = "") -> Ker
             layout = layouts[pname]
             params.append(replace(p, type=f"bytes{layout.size}", name=pname, align=8))
             args.append(Arg(pname, "expand", (position,), params=(index,), converter="cute_tensor",
-                            options=layout.options()))  # fmt: skip
+                            options=layout.options(p.offset)))  # fmt: skip
             fields[pname] = layout.field_names(pname)
         else:
             params.append(replace(p, type=what, name=pname, align=max(p.align, type_size(what))))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from ...errors import LaunchpadError
 
-__all__ = ["ELEMENT_TYPES", "SCALAR_WORDS", "TensorLayout", "parse_memref"]
+__all__ = ["ELEMENT_TYPES", "SCALAR_WORDS", "TensorLayout", "packed_widths", "parse_memref"]
 
 #: CuTe's element type names (in a memref type) and the torch dtype of each.
 ELEMENT_TYPES: dict[str, str] = {
@@ -82,17 +82,36 @@ class TensorLayout:
     def ndim(self) -> int:
         return len(self.shape)
 
-    def options(self) -> dict:
-        """The JSON-able options of the argument's converter (``CONVERTERS["cute_tensor"]``)."""
+    def options(self, offset: int) -> dict:
+        """The JSON-able options of the argument's converter (``CONVERTERS["cute_tensor"]``), for the
+        struct at ``offset`` in the parameter buffer: besides the layout, ``slots``, where the compiled
+        executor writes the pointer and each extent and stride (``OP_TILE_ARRAY``, the operation of
+        cuTile's arrays: a static mode's slot is empty, its value only checked)."""
+        widths = packed_widths(self.fields, self.size)
+        at = {(kind, mode): (offset + off, width) for (kind, mode, off, _), width in zip(self.fields, widths)}
+        slots = [[offset, 8, 0]] + [[*at.get((kind, d), (offset, 0)), 1] for kind in ("shape", "stride")
+                                    for d in range(self.ndim)]  # fmt: skip
         return {
-            "type": self.type, "dtype": self.dtype, "align": self.align, "shape": list(self.shape),
-            "stride": list(self.stride), "shape_div": list(self.shape_div), "stride_div": list(self.stride_div),
-            "fields": [list(f) for f in self.fields], "size": self.size,
+            "type": self.type, "dtype": self.dtype, "align": self.align, "ndim": self.ndim,
+            "shape_const": list(self.shape), "stride_const": list(self.stride), "shape_div": list(self.shape_div),
+            "stride_div": list(self.stride_div), "fields": [list(f) for f in self.fields], "size": self.size,
+            "slots": slots,
         }  # fmt: skip
 
     def field_names(self, name: str) -> list[str]:
         """How messages name the struct's fields: ``x``, ``x.shape[0]``, ``x.stride[0]``."""
         return [name] + [f"{name}.{kind}[{mode}]" for kind, mode, _, _ in self.fields]
+
+
+def packed_widths(fields: list | tuple, size: int) -> list[int]:
+    """How many bytes each field is written as: its own size, or 8 for an ``i32`` followed by 4 pad
+    bytes (written as an ``i64``, so the pad holds its sign extension in both executors, never a
+    leftover byte). The kernel reads only the field."""
+    out = []
+    for k, (_, _, offset, width) in enumerate(fields):
+        end = fields[k + 1][2] if k + 1 < len(fields) else size
+        out.append(8 if width == 4 and end - offset == 8 else width)
+    return out
 
 
 def _split_modes(text: str, where: str) -> list[str]:

@@ -20,7 +20,8 @@ static int parse_slots(PyObject *seq, Op *op) {
     for (Py_ssize_t i = 0; i < op->nslots; i++) {
         unsigned int offset, size, kind;
         if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "III", &offset, &size, &kind)) return -1;
-        if (kind > SK_UNTYPED || size == 0 || size > LP_MAX_PARAM_BYTES) {
+        /* a size of 0: a value OP_TILE_ARRAY checks but does not pass (a CuTe DSL tensor's static mode) */
+        if (kind > SK_UNTYPED || (size == 0 && op->kind != OP_TILE_ARRAY) || size > LP_MAX_PARAM_BYTES) {
             PyErr_Format(PyExc_ValueError, "bad slot (%u, %u, %u)", offset, size, kind);
             return -1;
         }
