@@ -270,10 +270,7 @@ def _input(where: str, kernel: Kernel | Any, arg: Any, position: int, label: str
             dtype = getattr(torch, str(arg.options.get("dtype")), None)
             return _Input(label, position, "Tensor", dtype if isinstance(dtype, torch.dtype) else None,
                           arg.options.get("ndim"))  # fmt: skip
-        if arg.converter == "numba_complex":
-            return _Input(label, position, "complex")
-        schema = getattr(_checks.CONVERTERS.get(arg.converter), "schema", None)  # a converter's own word for it
-        if schema is not None:
+        if (schema := getattr(_checks.CONVERTERS.get(arg.converter), "schema", None)) is not None:  # its own word
             return _Input(label, position, schema(arg.options))
         raise LaunchpadError(f"{what} expands into {len(arg.params)} parameters ({arg.converter}), "
                              "which an operator schema cannot take")  # fmt: skip

@@ -17,7 +17,8 @@ LIMIT = 420  # "about 400 lines"
 #: as each folder's ``__init__.py`` says. A module belongs to the longest prefix listed.
 LIBRARY = ("launchpad.core", "launchpad.launch", "launchpad.kernel")
 FRONT_ENDS = ("launchpad.frontends.cpp", "launchpad.frontends.triton", "launchpad.frontends.numba",
-              "launchpad.frontends.cutile", "launchpad.frontends.helion", "launchpad.frontends.cute")  # fmt: skip
+              "launchpad.frontends.cutile", "launchpad.frontends.helion", "launchpad.frontends.cute",
+              "launchpad.frontends.warp")  # fmt: skip
 ALLOWED: dict[str, tuple[str, ...]] = {
     "launchpad.errors": (),
     "launchpad.core": (),
