@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import gc
 import threading
 import types
 import weakref
@@ -42,8 +43,9 @@ __all__ = ["DDP_WARMUP", "Steps", "close_nccl_sequences", "ddp_modules", "holds_
 #: Warm-up steps before a DDP step is captured: its reducer times iterations 1 to 10 on the host
 #: (torch's CUDA graphs documentation asks for at least 11 DDP iterations before capture).
 DDP_WARMUP = 11
-#: How deep :func:`ddp_modules` follows references from the function, and how many objects at most.
-DEPTH, LIMIT = 6, 20_000
+#: How deep :func:`ddp_modules` follows references from the function, how many objects at most, and
+#: how many references of one object (a container's items).
+DEPTH, LIMIT, ITEMS = 6, 20_000, 1_000
 #: DDP's runtime statistics are taken every this many iterations (torch's ``kDDPRuntimeLoggingSampleRate``),
 #: with a host wait: while recording, every capture is an iteration of the reducer, so it is raised meanwhile.
 SAMPLE_RATE = 100
@@ -88,7 +90,11 @@ def ddp_modules(fn: Callable[..., Any], values: dict[str, Any]) -> list[Any]:
             found.update((id(m), m) for m in obj.modules() if isinstance(m, ddp))
             stack.extend((v, depth + 1) for k, v in vars(obj).items() if not k.startswith("_"))
             continue
-        stack.extend((v, depth + 1) for v in _references(obj))
+        try:
+            refs = _references(obj)
+        except Exception:  # (an object whose attributes cannot be read plainly: not followed)
+            continue
+        stack.extend((v, depth + 1) for v in refs[:ITEMS])
     return list(found.values())
 
 
@@ -110,7 +116,10 @@ def _references(obj: Any) -> list[Any]:
         return list(obj.values())
     if isinstance(obj, (list, tuple, set, frozenset)):
         return list(obj)
-    refs = list(vars(obj).values()) if hasattr(obj, "__dict__") else []
+    try:
+        refs = list(vars(obj).values())
+    except TypeError:  # (no __dict__: slots, objects of C types)
+        refs = []
     call = vars(type(obj)).get("__call__")
     if isinstance(call, types.FunctionType):  # a callable object: its own code's globals too
         refs.append(call)
@@ -344,6 +353,7 @@ def _hook() -> None:
         @functools.wraps(original)
         def destroy_process_group(*args: Any, **kwargs: Any) -> Any:
             close_nccl_sequences()  # (a CUDA graph holding NCCL work keeps the destruction waiting)
+            gc.collect()  # (and so would one only garbage holds: a failed recording's, in a cycle)
             return original(*args, **kwargs)
 
         destroy_process_group.__launchpad_wrapped__ = original  # type: ignore[attr-defined]
