@@ -126,6 +126,15 @@ def test_too_few_warm_ups_are_refused_before_running(ddp, warmup):
     assert ran == []
 
 
+def test_unused_parameter_search_is_refused_with_static_graph_as_the_way(group):
+    searching = DDP(torch.nn.Linear(4, 4), find_unused_parameters=True)
+    with pytest.raises(lp.RecordError, match=r"find_unused_parameters=True.*static_graph=True"):
+        with D.prepared(Trainer(searching).step, {}, 0, True):
+            pass
+    with D.prepared(Trainer(DDP(torch.nn.Linear(4, 4), static_graph=True)).step, {}, 0, True) as steps:
+        assert steps.runs == D.DDP_WARMUP
+
+
 def test_a_ddp_module_found_by_running_gets_its_warm_ups(ddp):
     class Hidden:  # (a class is not followed: only running the step finds the module)
         model = ddp

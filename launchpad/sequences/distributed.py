@@ -206,8 +206,14 @@ class Steps:
 
     def refuse_unwarmed(self) -> None:
         """Refuse, before any capture, a DDP step that would be captured within its reducer's first
-        10 iterations (fewer warm-ups than that, and the module not run that often before)."""
+        10 iterations (fewer warm-ups than that, and the module not run that often before), or
+        whose module looks for unused parameters on the host every iteration."""
         for m in self.ddps:
+            if getattr(m, "find_unused_parameters", False) and not getattr(m, "static_graph", False):
+                raise RecordError("the function runs a DistributedDataParallel module built with "
+                                  "find_unused_parameters=True, which looks for unused parameters on the host every "
+                                  "iteration: build it with static_graph=True instead (a recorded step uses the same "
+                                  f"parameters every replay). {RECIPE}")  # fmt: skip
             if self.runs < DDP_WARMUP and _iterations(m) + self.runs < DDP_WARMUP:
                 raise RecordError(f"the function runs a DistributedDataParallel module that has run "
                                   f"{_iterations(m)} iteration(s), and warmup={self.runs} adds too few. "
@@ -248,9 +254,10 @@ def _rebuild_reducer(ddp: Any, stream: Any) -> None:
     ddp.logger = None
     with torch.cuda.stream(stream):
         ddp._ddp_init_helper(parameters, sparse, names, ddp.static_graph)
-    if ddp.static_graph:
+    if ddp.static_graph:  # (a new reducer's first iteration delays its all-reduces again, as DDP's own first)
         ddp.reducer._set_static_graph()
         ddp.logger._set_static_graph()
+        ddp._static_graph_delay_allreduce_enqueued = False
     ddp._launchpad_stream = stream
 
 
