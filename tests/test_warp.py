@@ -270,3 +270,26 @@ def test_operator_schema():
     assert [(i.name, i.type) for i in inputs] == [("dim", "int[]"), ("a", "float"), ("x", "Tensor"), ("y", "Tensor")]
     inputs, _ = _describe("warp_cross", carried("cross"), None)
     assert inputs[-1].type == "float[]" and not consts
+
+
+def test_traced_by_dynamo_as_one_operator():
+    """``kernel[dim]`` under torch.compile(fullgraph=True): one call of the kernel's operator, the
+    launch bounds as their words (meta tensors: traced, not launched)."""
+    saxpy, cross = carried("saxpy"), carried("cross")
+    graphs = []
+
+    def fn(x, y, a, out):
+        saxpy[1000](2.0, x, y)
+        cross[(77, 2)](a, a, out, (1.0, 2.0, 3.0))
+        return y * 2
+
+    args = (torch.empty(1000, device="meta"), torch.empty(1000, device="meta"), torch.empty(77, 3, device="meta"),
+            torch.empty(77, 3, device="meta"))  # fmt: skip
+    torch._dynamo.reset()
+    torch.compile(fn, fullgraph=True, dynamic=False, backend=lambda gm, ex: (graphs.append(gm), gm.forward)[1])(*args)
+    torch._dynamo.reset()
+    calls = [n for n in graphs[0].graph.nodes if n.op == "call_function" and str(n.target).startswith("launchpad.")]
+    assert len(calls) == 2
+    assert calls[0].args[:4] == (4, 1, 1, 0) and calls[0].args[4] == [1000, 1000, 1] and calls[0].args[5] == 2.0
+    assert calls[1].args[:4] == (1, 1, 1, 0) and calls[1].args[4] == [77, 154, 2]
+    assert calls[1].args[-1] == [1.0, 2.0, 3.0] or calls[1].args[-1] == (1.0, 2.0, 3.0)

@@ -39,8 +39,8 @@ from ...errors import ArgumentError, ArgumentTypeError
 from ...launch.checks import CONVERTERS, Context, pointer_of
 from ...launch.checks import describe as _describe
 
-__all__ = ["ARRAY_BYTES", "BOUNDS_BYTES", "MAX_DIMS", "convert_array", "grid_of", "launch_bounds", "pack_array",
-           "pack_value"]  # fmt: skip
+__all__ = ["ARRAY_BYTES", "BOUNDS_BYTES", "MAX_BLOCKS", "MAX_DIMS", "MAX_EXTENT", "convert_array", "convert_bounds",
+           "convert_value", "grid_of", "launch_bounds", "pack_array", "pack_bounds", "pack_value"]  # fmt: skip
 
 #: ``wp::array_t``: data, grad, shape[4], strides[4] (bytes), ndim, flags, 4 bytes of padding.
 _ARRAY = struct.Struct("<QQ4i4iHH4x")
@@ -63,9 +63,7 @@ def launch_bounds(dim: Sequence[int], kernel_dim: int) -> tuple[bytes, int]:
     kept, extras = padded[:kernel_dim], padded[kernel_dim:]
     coord_mult = math.prod(extras)
     size = math.prod(kept) * coord_mult
-    head = struct.pack(f"<{kernel_dim}I", *kept)
-    head += bytes(-len(head) % 8)
-    return head + struct.pack("<QQ", size, coord_mult), size
+    return pack_bounds([*kept, size, coord_mult], kernel_dim), size
 
 
 def grid_of(size: int, block: int, max_blocks: int = 0) -> int:
@@ -237,17 +235,15 @@ def convert_bounds(value: Any, device: int, stream: int, ctx: Context, arg: Arg,
     if isinstance(value, bytes) and len(value) == BOUNDS_BYTES[n]:
         return (value,)
     if isinstance(value, (tuple, list)) and len(value) == n + 2:
-        words = [operator.index(v) for v in value]
-        head = struct.pack(f"<{n}I", *words[:n])
-        return (head + bytes(-len(head) % 8) + struct.pack("<QQ", *words[n:]),)
+        return (pack_bounds([operator.index(v) for v in value], n),)
     raise ctx.error(arg, f"expected the launch bounds kernel[dim] computes, got {_describe(value)}; launch with "
                     "kernel[dim](...)", ArgumentError)  # fmt: skip
 
 
-def bounds_words(data: bytes, kernel_dim: int) -> tuple[int, ...]:
-    """``(*shape, size, coord_mult)`` of ``launch_bounds_t`` bytes (the operator's form of them)."""
-    shape = struct.unpack_from(f"<{kernel_dim}I", data)
-    return (*shape, *struct.unpack_from("<QQ", data, len(data) - 16))
+def pack_bounds(words: Sequence[int], kernel_dim: int) -> bytes:
+    """``launch_bounds_t<kernel_dim>`` of its words ``[*shape, size, coord_mult]``."""
+    head = struct.pack(f"<{kernel_dim}I", *words[:kernel_dim])
+    return head + bytes(-len(head) % 8) + struct.pack("<QQ", *words[kernel_dim:])
 
 
 convert_bounds.specialize = lambda **options: functools.partial(convert_bounds, **options)  # type: ignore[attr-defined]

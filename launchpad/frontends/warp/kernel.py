@@ -19,7 +19,7 @@ from typing import Any
 
 from ...errors import ArgumentError, ArgumentTypeError
 from ...kernel import KERNEL_TYPES, Kernel
-from .args import MAX_DIMS, MAX_EXTENT, bounds_words, grid_of, launch_bounds
+from .args import MAX_DIMS, MAX_EXTENT, grid_of, pack_bounds
 
 __all__ = ["WarpKernel"]
 
@@ -35,30 +35,18 @@ class WarpKernel(Kernel):
     *args)``.
     """
 
-    @property
-    def kernel_dim(self) -> int:
-        """``N`` of the kernel's ``launch_bounds_t<N>``: the dimensions its ``wp.tid()`` unpacks."""
-        return int(self.spec.metadata["kernel_dim"])
+    def __init__(self, spec: Any, **options: Any):
+        super().__init__(spec, **options)
+        # plain attributes: under torch.compile each attribute read is a guard (a property's a call)
+        self.kernel_dim = int(spec.metadata["kernel_dim"])
+        self.block_dim = spec.plan.block[0] if spec.plan.block is not None else 256
 
-    @property
-    def block_dim(self) -> int:
-        """Threads per block: the module's ``block_dim`` the kernel was compiled with."""
-        block = self.spec.plan.block
-        return block[0] if block is not None else 256
-
-    def bounds(self, dim: Any, max_blocks: int = 0) -> tuple[int, bytes]:
-        """The grid (blocks) and ``launch_bounds_t`` bytes of a launch of ``dim`` threads.
-
-        Raises
-        ------
-        ArgumentTypeError
-            ``dim`` is not an int or a sequence of ints.
-        ArgumentError
-            ``dim`` has more than 4 dimensions, or a negative or too large extent.
-        """
+    def _words(self, dim: Any, max_blocks: Any = 0) -> tuple[int, list[int]]:
+        """The grid and ``launch_bounds_t``'s words ``[*shape, size, coord_mult]`` of a launch of
+        ``dim`` threads: plain arithmetic, which Dynamo traces (see :meth:`bounds`)."""
         name = self.spec.display_name
         try:
-            extents = (operator.index(dim),) if not isinstance(dim, (tuple, list)) else tuple(map(operator.index, dim))
+            extents = [operator.index(dim)] if not isinstance(dim, (tuple, list)) else [operator.index(n) for n in dim]
             blocks = operator.index(max_blocks)
         except TypeError:
             raise ArgumentTypeError(f"kernel {name!r}: dim must be an int or a tuple of 1-{MAX_DIMS} ints (the "
@@ -70,8 +58,30 @@ class WarpKernel(Kernel):
             if not 0 <= n <= MAX_EXTENT:
                 raise ArgumentError(f"kernel {name!r}: dim[{axis}] = {n} is outside [0, {MAX_EXTENT}] (wp.tid() "
                                     "gives signed 32-bit coordinates; wp.launch refuses it too)")  # fmt: skip
-        data, size = launch_bounds(extents, self.kernel_dim)
-        return grid_of(size, self.block_dim, blocks), data
+        n = self.kernel_dim
+        padded = extents + [1] * (n - len(extents))
+        coord_mult = 1
+        for extent in padded[n:]:  # dimensions beyond the kernel's wp.tid() share its coordinates
+            coord_mult *= extent
+        size = coord_mult
+        for extent in padded[:n]:
+            size *= extent
+        return grid_of(size, self.block_dim, blocks), [*padded[:n], size, coord_mult]
+
+    def bounds(self, dim: Any, max_blocks: int = 0) -> tuple[int, bytes]:
+        """The grid (blocks) and ``launch_bounds_t`` bytes of a launch of ``dim`` threads, as
+        ``wp.launch`` makes them (dimensions past the kernel's ``wp.tid()`` fold into ``coord_mult``,
+        missing ones are 1).
+
+        Raises
+        ------
+        ArgumentTypeError
+            ``dim`` is not an int or a sequence of ints.
+        ArgumentError
+            ``dim`` has more than 4 dimensions, or a negative or too large extent.
+        """
+        grid, words = self._words(dim, max_blocks)
+        return grid, pack_bounds(words, self.kernel_dim)
 
     def configure(self, dim: Any, *, max_blocks: int = 0, stream: Any = None) -> Callable[..., None]:
         """``kernel[dim]`` with ``wp.launch``'s ``max_blocks`` (0: no cap) and a stream (None:
@@ -86,8 +96,14 @@ class WarpKernel(Kernel):
     def _traced_config(self, config: Any) -> Callable[..., None]:
         """``kernel[dim]`` under torch.compile: :meth:`launch` with the bounds as the words the
         operator's ``int[]`` takes."""
-        grid, data = self.bounds(config)
-        return functools.partial(self.launch, grid, None, list(bounds_words(data, self.kernel_dim)))
+        grid, words = self._words(config)
+        return functools.partial(self.launch, grid, None, words)
+
+    def __call__(self, *args: Any, **named: Any) -> None:
+        """A kernel is launched, not called: refused with the way to launch it (a ``TypeError``)."""
+        raise ArgumentTypeError(f"kernel {self.display_name!r} is launched, not called like a function: write "
+                                f"k[dim](...) with the same {len(args) + len(named)} arguments, dim the threads "
+                                "as wp.launch takes it")  # fmt: skip
 
     def __repr__(self) -> str:
         return f"<launchpad.WarpKernel {self.display_name!r} ({len(self.params)} params, block {self.block_dim})>"
