@@ -310,7 +310,7 @@ def convert_complex(value: Any, device: int, stream: int, ctx: Context, arg: Arg
 
 
 convert_complex.specialize = lambda **options: convert_complex  # type: ignore[attr-defined]
-convert_complex.schema = lambda options: "complex"  # type: ignore[attr-defined]  (its torch_op schema type)
+convert_complex.schema = lambda options: "complex"  # type: ignore[attr-defined]  # its torch_op schema type
 
 
 def convert_record(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
