@@ -21,6 +21,7 @@ NEEDS = {
     "triton.md": "triton",
     "numba.md": "numba.cuda",
     "cutile.md": "cuda.tile",
+    "cute.md": "cutlass.cute",
     "helion.md": "helion",
 }  # pages whose examples need a front end
 HAS_GPU = torch.cuda.is_available()
