@@ -151,6 +151,57 @@ def test_a_ddp_module_found_by_running_gets_its_warm_ups(ddp):
     assert steps.ddps == [ddp]
 
 
+class FakeStream:
+    def __init__(self, device=None):
+        self.waits = 0
+
+    def wait_stream(self, other):
+        self.waits += 1
+
+
+@pytest.fixture
+def older_torch(monkeypatch):
+    """A torch that cannot redirect a stale stream during a capture, on a CPU: streams stand in."""
+    import contextlib
+
+    monkeypatch.delattr(torch._C, "_set_override_stale_capture_stream", raising=False)
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(D, "_STREAMS", {})
+
+
+def accumulator_marked(model, mark="test"):
+    return mark in torch.autograd.graph.get_gradient_edge(model.module.weight).node.metadata
+
+
+def test_without_redirection_the_reducer_is_built_again_on_a_side_stream(ddp, older_torch):
+    reference = torch.nn.Linear(4, 4)
+    reference.load_state_dict(ddp.module.state_dict())
+    x = torch.randn(2, 4)
+    ddp(x).sum().backward()
+    torch.autograd.graph.get_gradient_edge(ddp.module.weight).node.metadata["test"] = True
+    assert accumulator_marked(ddp)  # (the reducer keeps its accumulators: the same node)
+    with D.prepared(Trainer(ddp).step, {}, 0, True) as steps:
+        assert isinstance(steps.stream, FakeStream) and ddp._launchpad_stream is steps.stream
+        assert not accumulator_marked(ddp)  # new accumulators, made with the side stream current
+        ran = []
+        steps.warm_up(lambda checked: ran.append(checked) or False)
+        assert len(ran) == D.DDP_WARMUP and steps.stream.waits == D.DDP_WARMUP
+    ddp.module.weight.grad = None
+    ddp(x).sum().backward()  # (the rebuilt reducer reduces: the gradient is the module's own)
+    reference(x).sum().backward()
+    assert torch.equal(ddp.module.weight.grad, reference.weight.grad)
+
+
+def test_accumulators_an_old_graph_holds_are_refused_with_the_recipe(ddp, older_torch):
+    kept = ddp(torch.randn(2, 4)).sum()  # (a loss kept from an eager step: its graph holds the accumulators)
+    with pytest.raises(lp.RecordError, match=r"still held by an autograd graph.*side stream"):
+        with D.prepared(Trainer(ddp).step, {}, 0, True):
+            pass
+    del kept
+
+
 def test_a_failed_capture_of_a_ddp_step_gives_the_recipe(ddp):
     with pytest.raises(lp.RecordError, match=r"could not be captured: boom.*side stream"):
         with D.prepared(Trainer(ddp).step, {}, 0, True):

@@ -49,6 +49,9 @@ DEPTH, LIMIT, ITEMS = 6, 20_000, 1_000
 #: DDP's runtime statistics are taken every this many iterations (torch's ``kDDPRuntimeLoggingSampleRate``),
 #: with a host wait: while recording, every capture is an iteration of the reducer, so it is raised meanwhile.
 SAMPLE_RATE = 100
+#: The side stream of each device that rebuilt reducers (on a torch that cannot redirect stale streams)
+#: make their gradient accumulators on, and their warm-ups run on.
+_STREAMS: dict[int, Any] = {}
 
 RECIPE = (
     "A DistributedDataParallel step records after its reducer's first 10 iterations (leave warmup=True: "
@@ -172,6 +175,7 @@ class Steps:
             if late:
                 if not self.explicit:
                     self.runs = done + DDP_WARMUP
+                self.refuse(late, done)
                 self._prepare(late)
         return drew
 
@@ -196,7 +200,9 @@ class Steps:
             self._overridden = True
         elif override is None and self.runs >= DDP_WARMUP:  # (a rebuilt reducer counts from 0 again)
             if self.stream is None:
-                self.stream = torch.cuda.Stream(self.device)
+                if self.device not in _STREAMS:
+                    _STREAMS[self.device] = torch.cuda.Stream(self.device)
+                self.stream = _STREAMS[self.device]
             for m in ddps:
                 _rebuild_reducer(m, self.stream)
         for m in ddps:  # (after a rebuild: the new reducer's)
@@ -204,17 +210,17 @@ class Steps:
                 m._set_ddp_runtime_logging_sample_rate(2**31 - 1)
                 self._restore.append(functools.partial(m._set_ddp_runtime_logging_sample_rate, SAMPLE_RATE))
 
-    def refuse_unwarmed(self) -> None:
-        """Refuse, before any capture, a DDP step that would be captured within its reducer's first
-        10 iterations (fewer warm-ups than that, and the module not run that often before), or
-        whose module looks for unused parameters on the host every iteration."""
-        for m in self.ddps:
+    def refuse(self, ddps: list[Any], done: int = 0) -> None:
+        """Refuse, before any capture, a step whose DDP module would be captured within its reducer's
+        first 10 iterations (fewer warm-ups than that, ``done`` of them run, and the module not run
+        that often before), or looks for unused parameters on the host every iteration."""
+        for m in ddps:
             if getattr(m, "find_unused_parameters", False) and not getattr(m, "static_graph", False):
                 raise RecordError("the function runs a DistributedDataParallel module built with "
                                   "find_unused_parameters=True, which looks for unused parameters on the host every "
                                   "iteration: build it with static_graph=True instead (a recorded step uses the same "
                                   f"parameters every replay). {RECIPE}")  # fmt: skip
-            if self.runs < DDP_WARMUP and _iterations(m) + self.runs < DDP_WARMUP:
+            if self.runs < DDP_WARMUP and _iterations(m) + self.runs - done < DDP_WARMUP:
                 raise RecordError(f"the function runs a DistributedDataParallel module that has run "
                                   f"{_iterations(m)} iteration(s), and warmup={self.runs} adds too few. "
                                   f"{RECIPE}")  # fmt: skip
@@ -242,11 +248,13 @@ def _rebuild_reducer(ddp: Any, stream: Any) -> None:
     communication hook is registered (a rebuilt reducer would not have it)."""
     if getattr(ddp, "_launchpad_stream", None) is stream:
         return
-    needed = ("_build_params_for_reducer", "_build_debug_param_to_name_mapping", "_ddp_init_helper", "reducer")
+    needed = ("_build_params_for_reducer", "_build_debug_param_to_name_mapping", "_ddp_init_helper")
     if getattr(ddp, "_comm_hooks", None) or getattr(ddp, "_use_python_reducer", False) or \
-            not all(hasattr(ddp, n) for n in needed):  # fmt: skip
+            not all(hasattr(ddp, n) for n in needed) or \
+            not hasattr(getattr(ddp, "reducer", None), "_remove_autograd_hooks"):  # fmt: skip
         raise RecordError(f"launchpad cannot prepare this DistributedDataParallel module for capture (a "
                           f"communication hook, or another torch). {RECIPE}")  # fmt: skip
+    old = _tag_accumulators(ddp)
     ddp.reducer._remove_autograd_hooks()
     parameters, sparse = ddp._build_params_for_reducer()
     names = ddp._build_debug_param_to_name_mapping(parameters)
@@ -259,6 +267,31 @@ def _rebuild_reducer(ddp: Any, stream: Any) -> None:
         ddp.logger._set_static_graph()
         ddp._static_graph_delay_allreduce_enqueued = False
     ddp._launchpad_stream = stream
+    if old and any(TAG in _accumulator(p).metadata for p in old):
+        raise RecordError("the DistributedDataParallel module's gradient accumulators are still held by an "
+                          "autograd graph of an earlier step (a loss or output kept from an eager step): they keep "
+                          f"the stream DDP was built on, which a capture cannot join. {RECIPE}")  # fmt: skip
+
+
+#: The mark :func:`_rebuild_reducer` leaves on the gradient accumulators it drops (in their node's metadata),
+#: to tell whether the rebuilt reducer got new ones.
+TAG = "launchpad: the gradient accumulator of a replaced DDP reducer"
+
+
+def _accumulator(p: torch.Tensor) -> Any:
+    return torch.autograd.graph.get_gradient_edge(p).node
+
+
+def _tag_accumulators(ddp: Any) -> list[torch.Tensor]:
+    """Mark the gradient accumulators of ``ddp``'s parameters; the parameters (none where this torch
+    cannot tell)."""
+    params = [p for p in ddp.parameters() if p.requires_grad]
+    try:
+        for p in params:
+            _accumulator(p).metadata[TAG] = True
+    except (AttributeError, RuntimeError):
+        return []
+    return params
 
 
 @contextlib.contextmanager
@@ -295,9 +328,8 @@ def prepared(fn: Callable[..., Any], values: dict[str, Any], device: int, warmup
         if found:
             if not explicit and warmup:
                 steps.runs = DDP_WARMUP
-            steps.ddps = []
+            steps.refuse(found)
             steps._prepare(found)
-            steps.refuse_unwarmed()
         try:
             yield steps
         except RecordError as exc:
