@@ -25,6 +25,8 @@ from .cute import GROUP as CUTE_GROUP
 from .cutile import CUTILE_LAUNCHERS
 from .cutile import GROUP as CUTILE_GROUP
 from .harness import Entry, Missing, Timed, describe
+from .warp import GROUP as WARP_GROUP
+from .warp import WARP_LAUNCHERS
 
 
 def pointer_value(t: Any) -> ctypes.c_uint64:
@@ -396,10 +398,11 @@ LAUNCHERS: list[Entry] = [
     Entry("torch_mul", "torch.mul(x, 2, out=y)", "peer", torch_mul),
     *CUTILE_LAUNCHERS,
     *CUTE_LAUNCHERS,
+    *WARP_LAUNCHERS,
     Entry("cuda_graph", "CUDA graph replay, per kernel", "graph", cuda_graph),
 ]
 
 
 LAUNCH_KEYS = [e.key for e in LAUNCHERS]
 #: ``--only`` names that stand for several sections and launchers.
-GROUPS: dict[str, list[str]] = {"cutile": CUTILE_GROUP, "cute": CUTE_GROUP}
+GROUPS: dict[str, list[str]] = {"cutile": CUTILE_GROUP, "cute": CUTE_GROUP, "warp": WARP_GROUP}
