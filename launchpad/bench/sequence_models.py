@@ -263,6 +263,7 @@ def _variant(work: _Workload, variant: str) -> Timed:
                 step(*static)
         torch.cuda.current_stream().wait_stream(side)
         graph = torch.cuda.CUDAGraph()
+        getattr(torch._C, "_cuda_clearCublasWorkspaces", lambda: None)()  # cuBLAS's workspace in the graph's pool
         with torch.cuda.graph(graph):
             out = step(*static)
 
