@@ -210,3 +210,37 @@ def test_without_allocation_facts_every_output_is_copied(module, graphs):
     got = seq(f32())
     assert graphs.reads(seq, seq.nodes - 1)[136:144] == struct.pack("<Q", got.data_ptr())
     assert "allocation history could not be read" in seq.explain()
+
+
+def test_an_address_two_pools_hold_in_different_blocks_does_not_hide_the_outputs(module, graphs, monkeypatch):
+    """torch's allocator reuses blocks differently in a fresh pool and in one that held a capture
+    before: a word of a node that points at a temporary lies, in the capture that runs, in one
+    allocation, and in its control in two (a block freed and handed out again). It is an address
+    launchpad reads as one, so it hides nothing: the output is re-pointed, not copied (the training
+    steps' loss was copied for this)."""
+    from launchpad.sequences import capture as _capture
+
+    scale = graphs.fake.install(module["scale"])
+    capture = graphs.capture
+
+    def capture_noting_pool(fn, values, skip=frozenset(), pool=None, relaxed=False, generators=()):
+        graphs.fresh_pool = pool is None
+        return capture(fn, values, skip=skip, pool=pool, relaxed=relaxed, generators=generators)
+
+    monkeypatch.setattr(_capture, "capture", capture_noting_pool)
+    graphs.fresh_pool = True  # (the warm-up runs in no capture)
+
+    def step(x):
+        t1 = graphs.pool(torch.empty(N))
+        scale[1, N](t1, x, 1.0, N)  # node 0
+        t2 = graphs.reuse(t1, N) if graphs.fresh_pool else graphs.pool(torch.empty(N))
+        graphs.foreign("at::native::elementwise_kernel<fill>", (8, t2.data_ptr()))  # node 1: holds the temporary
+        out = graphs.pool(torch.empty(N))
+        scale[1, N](out, t2, 2.0, N)  # node 2: writes the output
+        return out
+
+    seq = graphs.record(step, f32())
+    assert "written there by 1 re-pointed place(s)" in seq.explain(), seq.explain()
+    for _ in range(2):
+        got = seq(f32(value=3.0))
+        assert graphs.reads(seq, seq.nodes - 1)[:8] == struct.pack("<Q", got.data_ptr())  # the writer re-pointed

@@ -55,7 +55,7 @@ from .regions import region_bytes, region_label, regions
 from .scalars import FOREIGN_KINDS, scalar_bytes
 from .structure import compare_child, refuse_opaque, same_structure
 
-__all__ = ["InputPlan", "Leaf", "Plan", "Storage", "Use", "analyze", "referenced", "same_word"]
+__all__ = ["InputPlan", "Leaf", "Plan", "Storage", "Use", "analyze", "both_pooled", "referenced", "same_word"]
 
 
 @dataclass(frozen=True)
@@ -188,6 +188,20 @@ def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_
         return is_device_pointer(p) and is_device_pointer(q)
     found = referenced(a, p)
     return bool(found[1]) and found == referenced(b, q)
+
+
+def both_pooled(a: Capture, b: Capture, i: int, offset: int, size: int) -> bool:
+    """Whether node ``i``'s word at ``offset`` is, in captures ``a`` and ``b`` alike, an address (or an
+    address shifted right by 4 bits with the same flags above it) into the graph's own memory: an
+    address launchpad reads as one, though not necessarily into the same allocation of each (where
+    blocks were reused differently in the two pools, the allocations holding it differ). Without
+    allocation facts, False."""
+    x, y = region_bytes(a.nodes[i], offset, size), region_bytes(b.nodes[i], offset, size)
+    if size != 8 or x is None or y is None or a.allocations is None or b.allocations is None:
+        return False
+    (shift, found, flags), (other_shift, other, other_flags) = (referenced(a, int.from_bytes(x, "little")),
+                                                                referenced(b, int.from_bytes(y, "little")))  # fmt: skip
+    return bool(found) and bool(other) and (shift, flags) == (other_shift, other_flags)
 
 
 def referenced(c: Capture, word: int) -> tuple[int, tuple[tuple[int, int], ...], int]:

@@ -17,9 +17,12 @@ of these holds; otherwise a copy node at the graph's end copies the output into 
 - every word of every node that points into it points, in the control, into the same allocation
   at the same offset;
 - no node holds the graph's addresses in a form launchpad cannot read: bytes that differ between
-  the capture and the control are either a word of the graph's own memory, or bytes that also
-  differ between the capture and its twin (a capture of the same values into the same pool, whose
-  every allocation is verified to sit at the same address: bytes that differ there vary alone);
+  the capture and the control are either a word of the graph's own memory (an address, or one
+  shifted by 4 bits, into an allocation of each capture: not necessarily the same allocation,
+  where the two pools reused blocks differently, since only a word that points into the output
+  matters, and the rule above judges that one), or bytes that also differ between the capture and
+  its twin (a capture of the same values into the same pool, whose every allocation is verified
+  to sit at the same address: bytes that differ there vary alone);
 - every kernel's parameters could be read, and no child graph may write it.
 """
 
@@ -32,7 +35,7 @@ import torch
 
 from ..errors import RecordError
 from ..launch.executor import SK_POINTER
-from .analysis import Leaf, Plan, Storage, Use, _differ, referenced, same_word
+from .analysis import Leaf, Plan, Storage, Use, _differ, both_pooled, referenced, same_word
 from .capture import Capture
 from .regions import region_bytes, region_label, regions
 
@@ -187,6 +190,8 @@ def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_po
             here = region_bytes(node, offset, size)
             changed = _differ(here, region_bytes(control.nodes[i], offset, size)) if here is not None else 0
             if not changed or same_word(final, control, i, offset, size, is_device_pointer):
+                continue
+            if both_pooled(final, control, i, offset, size):  # an address it reads as one: _follow judges it
                 continue
             if same_pool:  # what differs from the twin too varies alone; the rest follows the graph's addresses
                 changed &= ~_differ(here, region_bytes(twin.nodes[i], offset, size))  # type: ignore[union-attr, arg-type]
