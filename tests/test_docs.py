@@ -22,6 +22,7 @@ NEEDS = {
     "numba.md": "numba.cuda",
     "cutile.md": "cuda.tile",
     "cute.md": "cutlass.cute",
+    "warp.md": "warp",
     "helion.md": "helion",
 }  # pages whose examples need a front end
 HAS_GPU = torch.cuda.is_available()
