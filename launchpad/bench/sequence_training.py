@@ -282,7 +282,8 @@ def training_entries(work: Workload) -> list[Entry]:
 
 def measure_training(rounds: int, batch: int, log: Callable[[str], None] = print, *,
                      models: Sequence[str] = tuple(MODELS), workload: Callable[[str], Any] | None = None,
-                     entries: Callable[[Any], list[Entry]] | None = None) -> dict[str, Any]:  # fmt: skip
+                     entries: Callable[[Any], list[Entry]] | None = None,
+                     variants: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Check and time every variant of every model (see the module documentation).
 
     Parameters
@@ -296,6 +297,9 @@ def measure_training(rounds: int, batch: int, log: Callable[[str], None] = print
         Keys of :data:`MODELS`.
     workload, entries : callable, optional
         Stand-ins for :class:`Workload` and :func:`training_entries` (the tests').
+    variants : sequence of str, optional
+        Only these variants (keys after ``train_<model>_``: ``record``, ``eager``...), and torch's
+        graph, which the ratios are to; None: all.
 
     Returns
     -------
@@ -311,7 +315,7 @@ def measure_training(rounds: int, batch: int, log: Callable[[str], None] = print
     for name in models:
         log(f"a training step, {MODELS[name]}")
         try:  # in a function of its own: the model's graphs and compiled code go when it returns
-            out["models"][name] = _one_model(name, make, listed, rounds, batch, steps, log)
+            out["models"][name] = _one_model(name, make, listed, rounds, batch, steps, log, variants)
         except Exception as exc:  # a model failing leaves the other
             out["models"][name] = {"description": MODELS[name], "error": first_line(exc)}
             log(f"  failed: {out['models'][name]['error']}")
@@ -320,12 +324,12 @@ def measure_training(rounds: int, batch: int, log: Callable[[str], None] = print
 
 
 def _one_model(name: str, make: Callable[[str], Any], listed: Callable[[Any], list[Entry]], rounds: int, batch: int,
-               steps: int, log: Callable[[str], None]) -> dict[str, Any]:  # fmt: skip
+               steps: int, log: Callable[[str], None], variants: Sequence[str] | None = None) -> dict[str, Any]:  # fmt: skip
     """Set up, check and time one model's variants (see :func:`measure_training`)."""
     import torch
 
     sync, work = torch.cuda.synchronize, make(name)
-    entries = listed(work)
+    entries = [e for e in listed(work) if variants is None or _variant(e) in (GRAPH, *variants)]
     results: dict[str, Any] = {}
     # Phases, each set up after the last one's graphs and compiled code went, so that no variant's
     # memory pool or graph trees weigh on another's timing; the ratios stay within one run.
@@ -377,10 +381,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=25, help="timed batches per variant (default 25)")
     p.add_argument("--batch", type=int, default=20, help="steps per timed batch (default 20)")
     p.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    p.add_argument("--variants", nargs="+", help="only these variants (record, eager, ...) beside torch's graph")
     p.add_argument("--json", help="also write the results to this file (what the sequence section reads)")
     args = p.parse_args(argv)
     out = measure_training(max(1, args.rounds), max(1, args.batch), lambda s: print(s, file=sys.stderr, flush=True),
-                           models=args.models)  # fmt: skip
+                           models=args.models, variants=args.variants)  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps(out, default=str))
     print("\n\n".join(training_tables(out, "", format_table)))
