@@ -135,20 +135,18 @@ def test_unused_parameter_search_is_refused_with_static_graph_as_the_way(group):
         assert steps.runs == D.DDP_WARMUP
 
 
-def test_a_ddp_module_found_by_running_gets_its_warm_ups(ddp):
-    class Hidden:  # (a class is not followed: only running the step finds the module)
+def test_a_ddp_module_not_found_is_named_when_the_capture_fails(ddp):
+    class Hidden:  # (a class is not followed)
         model = ddp
 
     def step(x):
         return Hidden.model(x)
 
     assert D.ddp_modules(step, {}) == []
-    with D.prepared(step, {}, 0, True) as steps:
-        assert steps.runs == 1
-        runs = []
-        steps.warm_up(lambda checked: runs.append(checked) or bool(step(torch.ones(2, 4)) is None))
-    assert runs == [True] + [False] * 10 + [True]  # (the first, checked, found it: 11 more)
-    assert steps.ddps == [ddp]
+    with pytest.raises(lp.RecordError, match=r"did not find from it.*warmup=N"):
+        with D.prepared(step, {}, 0, True) as steps:
+            assert steps.runs == 1
+            raise lp.RecordError("the function could not be captured: boom")
 
 
 class FakeStream:
@@ -206,9 +204,9 @@ def test_a_failed_capture_of_a_ddp_step_gives_the_recipe(ddp):
     with pytest.raises(lp.RecordError, match=r"could not be captured: boom.*side stream"):
         with D.prepared(Trainer(ddp).step, {}, 0, True):
             raise lp.RecordError("the function could not be captured: boom")
-    with pytest.raises(lp.RecordError, match=r"^the function could not be captured: boom$"):
-        with D.prepared(lambda x: x, {}, 0, True):  # (no DDP: as it was)
-            raise lp.RecordError("the function could not be captured: boom")
+    with pytest.raises(lp.RecordError, match=r"^an input reaches no launch$"):
+        with D.prepared(Trainer(ddp).step, {}, 0, True):  # (not a failed capture: as it was)
+            raise lp.RecordError("an input reaches no launch")
 
 
 def test_record_takes_a_count_of_warm_ups():

@@ -14,8 +14,9 @@ graph, which replays them. Two things need more, and this module does them:
   while recording; else the reducer is built again on a side stream (as DDP's own ``__setstate__``
   builds it), where the warm-ups then run, as torch's recipe runs them. :func:`prepared` finds the
   DDP modules a step reaches (:func:`ddp_modules`: its closure, bound object, the globals it names,
-  its arguments; and any other the first warm-up runs) and does all of it before any capture; a
-  step it cannot prepare is refused before any capture, with the recipe.
+  its arguments) and does all of it before any capture; a step it cannot prepare is refused before
+  any capture, with the recipe. (Nothing hooks the modules' calls to find others: a global module
+  hook would change what ``torch.compile`` guards on between the warm-up and the captures.)
 - **Teardown.** ``dist.destroy_process_group()`` waits for every CUDA graph holding NCCL work to be
   destroyed: it hangs while such a graph lives. :func:`track` keeps a weak set of the sequences whose
   graph holds an NCCL kernel and wraps ``destroy_process_group`` once (and registers an exit hook)
@@ -153,7 +154,7 @@ class Steps:
     def __init__(self, runs: int, device: int, explicit: bool):
         self.runs = runs
         self.device = device
-        self.explicit = explicit  # the user gave the count: DDP modules found late change nothing
+        self.explicit = explicit  # (the user gave the count)
         self.ddps: list[Any] = []
         self.stream: Any = None
         self._overridden = False
@@ -161,22 +162,12 @@ class Steps:
 
     def warm_up(self, run: Callable[[bool], bool]) -> bool:
         """Run the warm-ups (``run(checked)`` runs the step once and says whether it drew random
-        numbers); DDP modules the first one runs that were not found beforehand are prepared then,
-        and warmed up :data:`DDP_WARMUP` times more. Whether any run drew random numbers."""
-        drew, done = False, 0
-        while done < self.runs:
-            observe: contextlib.AbstractContextManager[list[Any]] = (
-                _observing() if done == 0 else contextlib.nullcontext([])
-            )
-            with observe as ran, self._on_stream():
+        numbers; only the last is checked for host waits: a DDP reducer's first iterations wait).
+        Whether any run drew random numbers."""
+        drew = False
+        for done in range(self.runs):
+            with self._on_stream():
                 drew |= run(done == self.runs - 1)
-            done += 1
-            late = [m for m in ran if all(m is not d for d in self.ddps)]
-            if late:
-                if not self.explicit:
-                    self.runs = done + DDP_WARMUP
-                self.refuse(late, done)
-                self._prepare(late)
         return drew
 
     @contextlib.contextmanager
@@ -295,26 +286,6 @@ def _tag_accumulators(ddp: Any) -> list[torch.Tensor]:
 
 
 @contextlib.contextmanager
-def _observing() -> Iterator[list[Any]]:
-    """The DDP modules called meanwhile (a global forward pre-hook)."""
-    ran: list[Any] = []
-    ddp = _ddp_class()
-    if ddp is None:
-        yield ran
-        return
-
-    def hook(module: Any, args: Any) -> None:
-        if isinstance(module, ddp) and all(module is not m for m in ran):
-            ran.append(module)
-
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
-    try:
-        yield ran
-    finally:
-        handle.remove()
-
-
-@contextlib.contextmanager
 def prepared(fn: Callable[..., Any], values: dict[str, Any], device: int, warmup: bool | int) -> Iterator[Steps]:
     """The warm-up :func:`launchpad.record` runs (``warmup``: True, one run, or :data:`DDP_WARMUP`
     where ``fn`` reaches a DDP module; an int, that many; False, none), with the DDP modules
@@ -333,11 +304,24 @@ def prepared(fn: Callable[..., Any], values: dict[str, Any], device: int, warmup
         try:
             yield steps
         except RecordError as exc:
-            if steps.ddps and "could not be captured" in str(exc) and RECIPE not in str(exc):
-                raise RecordError(f"{exc}. {RECIPE}") from exc
+            if "could not be captured" in str(exc) and RECIPE not in str(exc):
+                if steps.ddps:
+                    raise RecordError(f"{exc}. {RECIPE}") from exc
+                if _ddp_alive():
+                    raise RecordError(f"{exc}. If the function runs a DistributedDataParallel module that launchpad "
+                                      f"did not find from it (through its closure, bound object, the globals it "
+                                      f"names or its arguments): {RECIPE}") from exc  # fmt: skip
             raise
     finally:
         steps.close()
+
+
+def _ddp_alive() -> bool:
+    """Whether this process holds a DDP module (any: for a refusal's wording only)."""
+    ddp = _ddp_class()
+    if ddp is None or not torch.distributed.is_initialized():
+        return False
+    return any(isinstance(o, ddp) for o in gc.get_objects())
 
 
 # Teardown: sequences whose graph holds NCCL work, closed before a process group is destroyed.
