@@ -132,24 +132,27 @@ def test_torch_compile_fullgraph():
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_bits_equal_wp_launch(case):
+    """Where Warp is installed (not on the GPU machine): the same kernel compiled here, the same
+    inputs, bit for bit against ``wp.launch``."""
     wp = pytest.importorskip("warp", reason="Warp (PyPI warp-lang) is not installed here")
     from warp_kernels import kernels
 
-    kernel = launchpad.from_warp(kernels()[case.name])
+    warp_kernel = kernels()[case.name]
+    kernel = launchpad.from_warp(warp_kernel)
     args, dim, _ = case.make("cuda", torch.Generator().manual_seed(7))
-    theirs = [wp.from_torch(a, dtype=_dtype_of(wp, kernel, i)) if isinstance(a, torch.Tensor) and a.is_cuda else a
-              for i, a in enumerate(args)]  # fmt: skip
     ours = [a.clone() if isinstance(a, torch.Tensor) and a.is_cuda else a for a in args]
-    wp.launch(kernels()[case.name], dim=dim, inputs=theirs, device=f"cuda:{torch.cuda.current_device()}",
+    theirs = []
+    for var, a in zip(warp_kernel.adj.args, args):
+        if isinstance(a, torch.Tensor) and a.is_cuda:
+            theirs.append(wp.from_torch(a, dtype=var.type.dtype))
+        elif hasattr(var.type, "_shape_"):  # a vector or matrix value
+            theirs.append(var.type(*torch.as_tensor(a).reshape(-1).tolist()))
+        else:
+            theirs.append(a)
+    wp.launch(warp_kernel, dim=dim, inputs=theirs, device=f"cuda:{torch.cuda.current_device()}",
               stream=wp.stream_from_torch())  # fmt: skip
     kernel[dim](*ours)
     torch.cuda.synchronize()
     for a, b in zip(args, ours):
         if isinstance(a, torch.Tensor) and a.is_cuda:
             assert torch.equal(a, b)
-
-
-def _dtype_of(wp, kernel, position):
-    arg = kernel.args[position + 1]
-    return None if arg.converter != "warp_array" or not arg.options["element"] else {
-        (3,): wp.vec3, (3, 3): wp.mat33}[tuple(arg.options["element"])]  # fmt: skip
