@@ -268,3 +268,23 @@ def test_saved_kernel_loads_and_packs_without_cute_dsl():
     packed, address, imported = out.stdout.split()
     assert bytes.fromhex(packed) == q(int(address)) + struct.pack("<iiq", 8, 16, 16) and imported == "False"
     assert json.loads((CUBINS / "add.json").read_text())["metadata"]["frontend"] == "cute"
+
+
+def test_a_recorded_step_replays_with_new_tensors_in_the_struct(graphs):
+    """In ``launchpad.record`` (the fake device's graphs): each replay's tensors reach the struct's
+    pointer; its extents and strides stay the recorded ones."""
+    fn, args = ck.examples()["add"]
+    k = graphs.fake.install(lp.from_cute(fn, args, arch="sm_90"))
+    seq = graphs.record(lambda a, b, c: k[2](a, b, c), *[torch.randn(16, 32) for _ in range(3)])
+    a, b, c = (torch.randn(16, 32) for _ in range(3))
+    seq(a, b, c)
+    data = graphs.reads(seq, 0)
+    assert data == b"".join(q(t.data_ptr()) + struct.pack("<iiq", 16, 32, 32) for t in (a, b, c))
+
+
+def test_an_operator_schema_takes_its_tensors():
+    """What torch.compile's operator of a CuTe kernel is made from: each tensor struct a Tensor."""
+    fn, args = ck.examples()["cluster_scale"]
+    k = lp.from_cute(fn, args, arch="sm_90")
+    op = lp.torch_op("launchpad_cute_test::cluster_scale", k, grid=lambda x, out, n: (n + 127) // 128, mutates=("out",))
+    assert "Tensor x, Tensor(a!) out, SymInt n" in str(op._schema)
