@@ -25,3 +25,13 @@ def tiled_kernel(g: cute.Tensor):
 @cute.jit
 def tiled(m: cute.Tensor):
     tiled_kernel(cute.zipped_divide(m, (4, 8))).launch(grid=(1, 1, 1), block=(32, 1, 1))
+
+
+@cute.kernel
+def pointer_kernel(p: cute.Pointer):
+    pass
+
+
+@cute.jit
+def pointer(m: cute.Tensor):
+    pointer_kernel(m.iterator).launch(grid=(1, 1, 1), block=(32, 1, 1))

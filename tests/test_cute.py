@@ -288,3 +288,10 @@ def test_an_operator_schema_takes_its_tensors():
     k = lp.from_cute(fn, args, arch="sm_90")
     op = lp.torch_op("launchpad_cute_test::cluster_scale", k, grid=lambda x, out, n: (n + 127) // 128, mutates=("out",))
     assert "Tensor x, Tensor(a!) out, SymInt n" in str(op._schema)
+
+
+def test_a_parameter_the_host_function_builds_is_refused_by_name():
+    """A bare pointer (like a TMA atom, something CuTe's host code makes): no torch value packs it."""
+    t = from_dlpack(torch.randn(16), assumed_align=16).mark_layout_dynamic()
+    with pytest.raises(LaunchpadError, match=r"kernel 'pointer_kernel', parameter 'p' is a .*launchpad cannot build"):
+        lp.from_cute(probe.pointer, (t,), arch="sm_90")
