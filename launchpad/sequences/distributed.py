@@ -65,7 +65,8 @@ RECIPE = (
 
 
 def _ddp_class() -> type | None:
-    if not torch.distributed.is_available():
+    """DDP's class, where a DDP module can exist: torch.distributed is there and a process group is made."""
+    if not torch.distributed.is_available() or not torch.distributed.is_initialized():
         return None
     from torch.nn.parallel import DistributedDataParallel
 
@@ -319,7 +320,7 @@ def prepared(fn: Callable[..., Any], values: dict[str, Any], device: int, warmup
 def _ddp_alive() -> bool:
     """Whether this process holds a DDP module (any: for a refusal's wording only)."""
     ddp = _ddp_class()
-    if ddp is None or not torch.distributed.is_initialized():
+    if ddp is None:
         return False
     return any(isinstance(o, ddp) for o in gc.get_objects())
 
