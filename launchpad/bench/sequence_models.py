@@ -35,8 +35,10 @@ __all__ = ["MISSING", "MODELS", "Decode", "Training", "gpt2_config", "llama_conf
 
 CACHE_LEN = 4096
 POOL = 8  # inputs in the rotation
-RTOL = {"llama_decode": 1e-4, "gpt2_training": 1e-4}  # the same kernels as eager
-COMPILE_RTOL = {"llama_decode": 3e-2, "gpt2_training": 1e-3}  # inductor's kernels round otherwise (bf16 decode)
+# Tolerances relative to the largest output: the same kernels as eager (bf16 logits: one rounding of
+# the largest is 4e-3; whether the bits are eager's is said apart); Inductor's kernels round otherwise.
+RTOL = {"llama_decode": 1e-2, "gpt2_training": 1e-4}
+COMPILE_RTOL = {"llama_decode": 1e-1, "gpt2_training": 1e-3}
 GRAPH = "torch_graph"
 VARIANTS = {
     "eager": "eager",
