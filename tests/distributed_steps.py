@@ -85,7 +85,9 @@ def ddp() -> None:
     want = [twin_step(x, y) for x, y in data[1:]]
     torch.cuda.synchronize()
     same("ddp", got, want, list(net.parameters()), list(twin.parameters()))
-    print(f"rank {RANK}: ddp {len(got)} replays, {seq.nodes} nodes, {seq.replay_path} replay", flush=True)
+    how = "reducer rebuilt on a side stream" if getattr(net, "_launchpad_stream", None) is not None else \
+        "stale streams redirected"  # fmt: skip
+    print(f"rank {RANK}: ddp {len(got)} replays, {seq.nodes} nodes, {seq.replay_path} replay, {how}", flush=True)
 
 
 def fsdp() -> None:

@@ -25,7 +25,7 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Seconds a scenario may take, start-up included (the teardown itself takes well under one).
-LIMIT = 240
+LIMIT = int(os.environ.get("LAUNCHPAD_TORCHRUN_LIMIT", "120"))
 
 
 def torchrun(scenario: str, tmp_path: Path) -> str:
