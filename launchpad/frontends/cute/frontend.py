@@ -21,6 +21,7 @@ import contextlib
 import importlib.util
 import inspect
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -114,17 +115,20 @@ def from_cute(
                             "shared memory: leave block=, cluster= and shared_mem= out")  # fmt: skip
     else:
         host = fn
-    launches, compiled = _compile(host, name, tuple(args), target)
+    try:
+        launches, compiled, image = _compile(host, name, tuple(args), target)
+    finally:
+        if kind == "kernel":  # the folder of the launch function's file, read by CuTe while compiling
+            shutil.rmtree(host._launchpad_folder, ignore_errors=True)
     record = _pick(launches, name, kernel)
     symbol = _symbol(compiled, record["name"], launches)
     if record["smem"] is None:  # CuTe sized it (its SmemAllocator's use): the amount its host code passes
         record = dict(record, smem=_inferred_smem(str(compiled.ir_module), record["name"]))
-    image = compiled.artifacts.CUBIN
     if not image:
         raise CompileError(f"CuTe DSL kept no cubin of kernel {record['name']!r} (--keep-cubin)")
     import cutlass
 
-    return Kernel(cute_spec(bytes(image), symbol, record, getattr(cutlass, "__version__", "")))
+    return Kernel(cute_spec(image, symbol, record, getattr(cutlass, "__version__", "")))
 
 
 def _cute_arch(arch: str) -> str:
@@ -188,16 +192,19 @@ def _describe(value: Any) -> tuple[str, Any]:
     return ("other", f"a {type(value).__name__}" + (f" ({text})" if text else ""))
 
 
-def _compile(host: Any, name: str, args: tuple, arch: str) -> tuple[list[dict], Any]:
+def _compile(host: Any, name: str, args: tuple, arch: str) -> tuple[list[dict], Any, bytes]:
+    """The launches CuTe traced, its compiled function and the cubin (kept in a temporary folder:
+    ``--keep-cubin`` alone writes it to the working directory)."""
     import cutlass.cute as cute
 
-    with _recording() as launches:
+    with _recording() as launches, tempfile.TemporaryDirectory(prefix="launchpad-cute-") as folder:
         try:
-            compiled = cute.compile(host, *args, options=f"--keep-cubin --gpu-arch {arch}")
+            compiled = cute.compile(host, *args, options=f"--keep-cubin --gpu-arch {arch} --dump-dir {folder}")
+            image = bytes(compiled.artifacts.CUBIN or b"")
         except Exception as exc:  # CuTe's DSL errors: the user's code or the compiler
             raise CompileError(f"CuTe DSL could not compile {name!r} for {arch}: {type(exc).__name__}",
                                str(exc).strip()) from exc  # fmt: skip
-    return launches, compiled
+    return launches, compiled, image
 
 
 _CONFIG = r"!llvm\.struct<\(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32\)>"
@@ -342,4 +349,6 @@ def _launch_function(fn: Any, name: str, args: tuple, block: Any, cluster: Any, 
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     setattr(module, "_kernel", fn)  # noqa: B010  (the kernel it launches, a global of the written file)
-    return module.launch
+    launch = module.launch
+    launch._launchpad_folder = folder  # launchpad's own temporary folder, removed after the compile
+    return launch
