@@ -96,7 +96,7 @@ def test_a_ddp_step_is_warmed_up_eleven_times(ddp):
         assert steps.runs == D.DDP_WARMUP == 11
         assert steps.ddps == [ddp]
         runs = []
-        steps.warm_up(lambda checked: runs.append(checked) or False)
+        steps.warm_up(lambda: runs.append(False), lambda: runs.append(True) or False)
     assert runs == [False] * 10 + [True]  # (only the last checks for host waits: DDP's first ones wait)
     with D.prepared(lambda x: x, {}, 0, True) as steps:
         assert steps.runs == 1 and steps.ddps == []
@@ -184,7 +184,7 @@ def test_without_redirection_the_reducer_is_built_again_on_a_side_stream(ddp, ol
         assert isinstance(steps.stream, FakeStream) and ddp._launchpad_stream is steps.stream
         assert not accumulator_marked(ddp)  # new accumulators, made with the side stream current
         ran = []
-        steps.warm_up(lambda checked: ran.append(checked) or False)
+        steps.warm_up(lambda: ran.append(False), lambda: ran.append(True) or False)
         assert len(ran) == D.DDP_WARMUP and steps.stream.waits == D.DDP_WARMUP
     ddp.module.weight.grad = None
     ddp(x).sum().backward()  # (the rebuilt reducer reduces: the gradient is the module's own)

@@ -161,15 +161,14 @@ class Steps:
         self._overridden = False
         self._restore: list[Callable[[], None]] = []
 
-    def warm_up(self, run: Callable[[bool], bool]) -> bool:
-        """Run the warm-ups (``run(checked)`` runs the step once and says whether it drew random
-        numbers; only the last is checked for host waits: a DDP reducer's first iterations wait).
-        Whether any run drew random numbers."""
-        drew = False
-        for done in range(self.runs):
+    def warm_up(self, plain: Callable[[], Any], checked: Callable[[], bool]) -> bool:
+        """Run the warm-ups: ``plain()`` but the last, ``checked()`` the last (it checks for host waits,
+        which a DDP reducer's first iterations make, and says whether the step draws random numbers)."""
+        for _ in range(self.runs - 1):
             with self._on_stream():
-                drew |= run(done == self.runs - 1)
-        return drew
+                plain()
+        with self._on_stream():
+            return checked()
 
     @contextlib.contextmanager
     def _on_stream(self) -> Iterator[None]:

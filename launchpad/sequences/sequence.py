@@ -110,7 +110,11 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, com
 def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: _distributed.Steps,
             compiled: bool | None, generators: tuple, signature: tuple[int, tuple[str, ...]]) -> Sequence:  # fmt: skip
     """:func:`record` once its inputs are checked: the warm-up, the captures and the analysis."""
-    rng = steps.warm_up(functools.partial(_warm_up, fn, values, device)) if steps.runs else True  # (none: it may draw)
+    rng = (
+        steps.warm_up(functools.partial(fn, **values), functools.partial(_warm_up, fn, values, device))
+        if steps.runs
+        else True
+    )  # (no warm-up: assume it draws)
     take = functools.partial(_capture.capture, generators=generators)
     base = take(fn, values)
     decoys = [probe(v) for v in values.values() if isinstance(v, torch.Tensor)]  # the allocations a probe makes
@@ -187,13 +191,10 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, 
     return dict(bound.arguments), positional, tuple(signature.parameters)
 
 
-def _warm_up(fn: Callable[..., Any], values: dict[str, Any], device: int, checked: bool = True) -> bool:
-    """Run ``fn`` once as it is, with torch's sync debug mode at "error" where ``checked``: a step that
-    waits for the host is refused here, before any capture could fail on it. Whether it drew random numbers."""
+def _warm_up(fn: Callable[..., Any], values: dict[str, Any], device: int) -> bool:
+    """Run ``fn`` once as it is, with torch's sync debug mode at "error": a step that waits for the
+    host is refused here, before any capture could fail on it. Whether it drew random numbers."""
     before = _random_offset(device)
-    if not checked:  # (a DDP step's earlier warm-ups: its reducer waits for the host in them)
-        fn(**values)
-        return _random_offset(device) != before
     for attempt in range(2):
         try:
             with _no_host_sync():
