@@ -143,6 +143,8 @@ def test_parameter_kinds_not_packed_are_refused_by_name():
         launchpad.from_warp(kernels()["tiled"], arch=90)
     with pytest.raises(LaunchpadError, match=r"kernel 'indexed', parameter 'a' .*indexedarray parameters"):
         launchpad.from_warp(kernels()["indexed"], arch=90)
+    with pytest.raises(LaunchpadError, match=r"kernel 'lean' is a lean kernel \(grid_stride=False\)"):
+        launchpad.from_warp(kernels()["lean"], arch=90)
     with pytest.raises(LaunchpadError, match=r"kernel 'generic' is generic: launch an overload"):
         launchpad.from_warp(kernels()["generic"], arch=90)
     with pytest.raises(ArgumentTypeError, match=r"from_warp takes a @wp\.kernel function, got function"):

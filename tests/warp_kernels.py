@@ -183,9 +183,14 @@ def kernels() -> dict[str, Any]:
     def generic(a: wp.array(dtype=wp.Scalar)):
         pass
 
+    @wp.kernel(module="unique", enable_backward=False, grid_stride=False)
+    def lean(out: wp.array(dtype=float)):
+        i = wp.tid()
+        out[i] = 1.0
+
     _KERNELS.update(saxpy=saxpy, scale2d=scale2d, cross=cross, matvec=matvec, index3d=index3d, add4d=add4d,
                     mixed=mixed, takes_struct=takes_struct, fill=fill, tiled=tiled, indexed=indexed,
-                    generic=generic)  # fmt: skip
+                    generic=generic, lean=lean)  # fmt: skip
     return _KERNELS
 
 

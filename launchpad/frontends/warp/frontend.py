@@ -95,6 +95,9 @@ def from_warp(kernel: Any, *, arch: str | int | tuple[int, int] | None = None,
         image, kind = read_image(cubin)
         if kind != "cubin":
             raise BinaryError(f"kernel {name!r}: expected a cubin compiled by Warp, got a {kind}")
+    if getattr(kernel, "grid_stride", True) is False:  # resolved when the module is hashed (above)
+        raise LaunchpadError(f"kernel {name!r} is a lean kernel (grid_stride=False), launched on a 3-D grid; launchpad "
+                             "launches grid-stride kernels; launch it with wp.launch")  # fmt: skip
     words, labels, args = warp_signature(kernel, name)
     spec = warp_spec(image, entry, name, words, labels, args, kernel_dim=int(kernel.adj.kernel_dim),
                      block_dim=block_dim, version=str(wp.__version__))  # fmt: skip
@@ -109,8 +112,6 @@ def _refuse_kinds(wp: Any, kernel: Any, name: str) -> None:
                "launchpad compiles one signature")  # fmt: skip
     elif not getattr(kernel, "uses_warp_entry_point_abi", True):
         why = "uses another entry-point ABI (entry_point_abi), which wp.launch does not launch either"
-    elif getattr(kernel, "grid_stride", True) is False:
-        why = "is a lean kernel (grid_stride=False), launched on a 3-D grid; launchpad launches grid-stride kernels"
     elif (kernel.options.get("cluster_dim") or 1) != 1:
         why = "launches in clusters (cluster_dim), which launchpad's Warp launch does not set up yet"
     elif _deterministic(wp, kernel):
