@@ -209,6 +209,12 @@ def test_a_failed_capture_of_a_ddp_step_gives_the_recipe(ddp):
             raise lp.RecordError("an input reaches no launch")
 
 
+def test_a_negative_count_is_refused():
+    with pytest.raises(lp.ArgumentError, match="warmup must be"):
+        with D.prepared(lambda x: x, {}, 0, -1):
+            pass
+
+
 def test_record_takes_a_count_of_warm_ups():
     assert inspect.signature(lp.record).parameters["warmup"].default is True
     assert "int" in str(inspect.signature(lp.record).parameters["warmup"].annotation)

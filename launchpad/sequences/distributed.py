@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from ..errors import RecordError
+from ..errors import ArgumentError, RecordError
 
 __all__ = ["DDP_WARMUP", "Steps", "close_nccl_sequences", "ddp_modules", "holds_nccl", "prepared", "track"]
 
@@ -293,6 +293,8 @@ def prepared(fn: Callable[..., Any], values: dict[str, Any], device: int, warmup
     that fails in a step holding a DDP module is refused with the recipe."""
     explicit = not isinstance(warmup, bool)
     runs = int(warmup) if explicit else int(bool(warmup))
+    if runs < 0:
+        raise ArgumentError(f"launchpad.record: warmup must be True, False or a count of runs, got {warmup!r}")
     steps = Steps(runs, device, explicit)
     found = ddp_modules(fn, values)
     try:
