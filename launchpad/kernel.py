@@ -24,7 +24,7 @@ from .core import driver as _driver
 from .core.binary import BinaryKernel, kernels_in_image, read_image
 from .core.loader import Loader
 from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
-from .errors import ArgumentError, BinaryError, MissingFileError, NoDeviceError
+from .errors import ArgumentError, ArgumentTypeError, BinaryError, MissingFileError, NoDeviceError
 from .launch import executor as _executor
 from .launch.checks import Context
 from .launch.traced import TRACED, BoundLaunch, Traced, dynamo_compiling, launch_first, new_key
@@ -73,7 +73,7 @@ class Kernel:
 
     def __init__(self, spec: KernelSpec, *, compiled: bool | None = None, callbacks: ModuleCallbacks | None = None):
         if not isinstance(spec, KernelSpec):
-            raise TypeError(f"Kernel(spec) takes a launchpad.KernelSpec, got {type(spec).__name__}")
+            raise ArgumentTypeError(f"Kernel(spec) takes a launchpad.KernelSpec, got {type(spec).__name__}")
         if callbacks is not None:
             spec = spec.replace(callbacks=callbacks)
         self.spec = spec
@@ -175,6 +175,20 @@ class Kernel:
             Before any driver call, for any invalid argument or configuration.
         """
         raise NotImplementedError  # replaced per instance in __init__
+
+    def __call__(self, *args: Any, **named: Any) -> None:
+        """A kernel is launched, not called: refused with the ways to launch it (a ``TypeError``)."""
+        fixed = self._fixed_block is not None  # Triton: the block is compiled in, k[grid] takes the grid alone
+        config, block = ("grid", "None") if fixed else ("grid, block", "block")
+        raise ArgumentTypeError(
+            f"kernel {self.display_name!r} is launched, not called like a function: write k[{config}](...) with "
+            f"the same {len(args) + len(named)} arguments, or k.launch(grid, {block}, ...)"
+            + (
+                ""
+                if fixed
+                else "; k[grid, block, stream, shared_mem](...) also picks the stream and dynamic shared memory"
+            )
+        )
 
     def __getitem__(self, config: Any) -> Callable[..., None]:
         """A launch with its configuration fixed, as Numba and Triton spell it.

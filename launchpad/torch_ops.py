@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from .core.params import POINTER_DTYPES
-from .errors import ArgumentError, ArgumentTypeError, LaunchpadError
+from .errors import ArgumentError, ArgumentTypeError
 from .kernel import Kernel
 from .launch import checks as _checks
 
@@ -124,9 +124,9 @@ def torch_op(
 
     Raises
     ------
-    LaunchpadError
-        The name is taken, or a kernel argument has no schema type (a parameter whose type is
-        unknown, a by-value struct, a tuple, a tensor descriptor).
+    ArgumentError
+        The name is taken; (ArgumentTypeError) a kernel argument has no schema type (a parameter
+        whose type is unknown, a by-value struct, a tuple, a tensor descriptor).
     ArgumentError
         ``mutates``, ``outputs`` or ``names`` name no tensor argument of the kernel, or the
         configuration is incomplete.
@@ -185,7 +185,7 @@ def torch_op(
     with _LOCK:
         previous = _REGISTRY.get(name)
         if previous is not None:
-            raise LaunchpadError(
+            raise ArgumentError(
                 f"torch_op: operator {name!r} is already registered (kernel {previous.kernel.display_name!r}, "
                 f"{name}{previous.schema}); operators cannot be redefined in a process, choose another name"
             )
@@ -195,11 +195,11 @@ def torch_op(
         except RuntimeError as exc:
             library._destroy()
             if "multiple times" in str(exc):
-                raise LaunchpadError(
+                raise ArgumentError(
                     f"torch_op: operator {name!r} already exists in torch (defined outside launchpad); "
                     "choose another name"
                 ) from None
-            raise LaunchpadError(f"torch_op: torch refused the schema {name}{schema}: {exc}") from None
+            raise ArgumentError(f"torch_op: torch refused the schema {name}{schema}: {exc}") from None
         try:
             library.impl(opname, impl, "CUDA")
             torch.library.register_fake(name, fake, lib=library)
@@ -224,7 +224,7 @@ def _describe(op: str, kernel: Kernel | Any, names: Sequence[str] | None, *,
         if arg.kind == "scratch":
             continue  # hidden: the launch allocates it
         if len(arg.path) != 1:
-            raise LaunchpadError(
+            raise ArgumentTypeError(
                 f"{where}, argument {arg.path[0]} ({arg.name!r}) is a tuple, which an operator schema cannot take; "
                 "write a kernel with the tuple's elements as arguments"
             )
@@ -237,7 +237,7 @@ def _describe(op: str, kernel: Kernel | Any, names: Sequence[str] | None, *,
     covered = {i.position for i in inputs} | set(consts)
     missing = [p for p in range(1 + max(covered, default=-1)) if p not in covered]
     if missing:  # e.g. an empty tuple: the launch takes a value the operator could not pass
-        raise LaunchpadError(f"{where}, argument {missing[0]} maps onto no parameter, which a schema cannot express")
+        raise ArgumentError(f"{where}, argument {missing[0]} maps onto no parameter, which a schema cannot express")
     if names is not None:
         if isinstance(names, str) or len(names) != len(inputs):
             raise ArgumentError(
@@ -272,18 +272,18 @@ def _input(where: str, kernel: Kernel | Any, arg: Any, position: int, label: str
                           arg.options.get("ndim"))  # fmt: skip
         if (schema := getattr(_checks.CONVERTERS.get(arg.converter), "schema", None)) is not None:  # its own word
             return _Input(label, position, schema(arg.options))
-        raise LaunchpadError(f"{what} expands into {len(arg.params)} parameters ({arg.converter}), "
+        raise ArgumentTypeError(f"{what} expands into {len(arg.params)} parameters ({arg.converter}), "
                              "which an operator schema cannot take")  # fmt: skip
     param = kernel.params[arg.param]
     kind = param.kind
     if kind == "untyped":
-        raise LaunchpadError(
+        raise ArgumentTypeError(
             f"{what}: the type of {param.label} is unknown (the binary gives only its size, {param.size} bytes), "
             "so no schema can be inferred; compile or load the kernel with signature= "
             '(type words such as "*fp32, *fp32, fp32, i32")'
         )
     if kind == "bytes":
-        raise LaunchpadError(
+        raise ArgumentTypeError(
             f"{what}: {param.label} is a by-value struct of {param.size} bytes, which an operator schema cannot take"
         )
     dtype_name = POINTER_DTYPES.get((param.type or "*")[1:], "") if kind == "pointer" else ""

@@ -31,18 +31,14 @@ imported, by a hook on that import, so ``import launchpad`` never pays for it.
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
 import re
-import sys
 import threading
-import warnings
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
-from .errors import ArgumentError, LaunchpadError, LaunchpadWarning
+from .core.after_import import after_import
+from .errors import ArgumentError, LaunchpadError
 from .launch.traced import TRACED, BoundLaunch, Traced, launch_first
 from .torch_ops import Source, _alias_set, _describe, _implementation, _Input
 
@@ -197,48 +193,21 @@ def _register_with_dynamo() -> None:
     torch.compiler.substitute_in_graph(launch_first, skip_signature_check=True)(traced_launch)
 
 
-class _LoaderThen(importlib.abc.Loader):
-    """A module's loader, then ``then()``."""
-
-    def __init__(self, loader: Any, then: Callable[[], None]):
-        self.loader, self.then = loader, then
-
-    def create_module(self, spec: Any) -> Any:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.loader.exec_module(module)
-        try:
-            self.then()
-        except Exception as exc:  # never torch's import: launches then break the graph, as they did
-            warnings.warn(f"launchpad: kernels will not be traced by torch.compile here ({exc})", LaunchpadWarning,
-                          stacklevel=2)  # fmt: skip
-
-
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``then()`` once module ``name`` has been imported."""
-
-    def __init__(self, name: str, then: Callable[[], None]):
-        self.name, self.then = name, then
-
-    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _LoaderThen(spec.loader, self.then)
-        return spec
-
-
-def _install() -> None:
-    if "torch._dynamo" in sys.modules:
+def register() -> None:
+    """Register the stand-in with Dynamo, once; right away where ``torch._dynamo`` is imported, else as soon
+    as it is (``import launchpad`` calls this once Dynamo is imported, :mod:`launchpad.core.after_import`)."""
+    global _REGISTERED
+    with _LOCK:
+        if _REGISTERED:
+            return
+        if after_import("torch._dynamo", register):
+            return
         try:
             _register_with_dynamo()
         except Exception as exc:
             raise LaunchpadError(f"launchpad: could not register its launches with torch.compile: {exc}") from exc
-    else:
-        sys.meta_path.insert(0, _AfterImport("torch._dynamo", _register_with_dynamo))
+        _REGISTERED = True
 
 
-_install()
+_REGISTERED = False
+register()

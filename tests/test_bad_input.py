@@ -1134,21 +1134,21 @@ def _(env):
     lp.from_numba(lp_bad_numba, "void(float32[::1])", arch=env.arch)
 
 
-@case("numba-invalid-signature", "numba", "compile-error", lp.LaunchpadError,
+@case("numba-invalid-signature", "numba", "compile-error", lp.ArgumentError,
       r"^kernel 'lp_axpy': invalid Numba signature 'void\(float32\[::1\]'", kernel="lp_axpy")  # fmt: skip
 def _(env):
     env.kernel("numba")
     lp.from_numba(lp_axpy, "void(float32[::1]", arch=env.arch)
 
 
-@case("numba-kernel-returns-a-value", "numba", "compile-error", lp.LaunchpadError,
+@case("numba-kernel-returns-a-value", "numba", "compile-error", lp.ArgumentError,
       r"^kernel 'lp_axpy': a kernel returns nothing, the signature returns int32$", kernel="lp_axpy")  # fmt: skip
 def _(env):
     env.kernel("numba")
     lp.from_numba(lp_axpy, "int32(float32[::1], float32[::1], float32[::1], float32)", arch=env.arch)
 
 
-@case("numba-type-launchpad-cannot-pass", "numba", "type", lp.LaunchpadError,
+@case("numba-type-launchpad-cannot-pass", "numba", "type", lp.ArgumentTypeError,
       r"^kernel 'lp_bad_numba', argument 'a': launchpad cannot pass Numba type datetime64\[s\]", kernel="lp_bad_numba",
       arg="'a'")  # fmt: skip
 def _(env):

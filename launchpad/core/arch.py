@@ -42,6 +42,10 @@ _VARIANT = re.compile(r"((\d+gb)|hbm\d*e?|sxm\d*|pcie|nvl|mig)*")
 #: NVRTC's and nvJitLink's spellings: a real architecture, one with its architecture-specific
 #: (``a``) or family-specific (``f``) features, or a virtual one (PTX for it and newer).
 _ARCH = re.compile(r"(sm|compute)_?(\d{2,3})([af]?)")
+#: Every compute capability a CUDA release has compiled for (CUDA 11 to 13; NVRTC takes a subset):
+#: a number among them, or above the newest (a GPU newer than this list), reaches the compiler;
+#: one between them ("sm_95") is refused here with the list, not by NVRTC's "invalid value".
+KNOWN_ARCHS = (35, 37, 50, 52, 53, 60, 61, 62, 70, 72, 75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 107, 110, 120, 121)
 
 
 def resolve_arch(arch: str | int | tuple[int, int] | None, kernel: str | Sequence[str] | None = None) -> str:
@@ -77,21 +81,28 @@ def resolve_arch(arch: str | int | tuple[int, int] | None, kernel: str | Sequenc
             ) from None
         return f"sm_{major}{minor}"
     if isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(v, int) and v >= 0 for v in arch):
-        return f"sm_{arch[0]}{arch[1]}"
-    if isinstance(arch, int) and not isinstance(arch, bool) and arch >= 10:
-        return f"sm_{arch}"
+        if _known(f"{arch[0]}{arch[1]}"):
+            return f"sm_{arch[0]}{arch[1]}"
+    elif isinstance(arch, int) and not isinstance(arch, bool) and arch >= 10:
+        if _known(str(arch)):
+            return f"sm_{arch}"
     if isinstance(arch, str):
         text = arch.strip().lower()
         found = _ARCH.fullmatch(text)
-        if found:
+        if found and _known(found.group(2)):
             return f"{found.group(1)}_{found.group(2)}{found.group(3)}"
         number = re.fullmatch(r"(\d{2,3})|(\d{1,2})\.(\d)", text)
-        if number:
+        if number and _known(number.group(1) or number.group(2) + number.group(3)):
             return f"sm_{number.group(1) or number.group(2) + number.group(3)}"
         named = _by_name(text)
         if named is not None:
             return named
     raise ArgumentError(_refusal(arch, kernel))
+
+
+def _known(number: str) -> bool:
+    """Whether compute capability ``number`` ("90") is one CUDA has, or newer than every one listed."""
+    return int(number) in KNOWN_ARCHS or int(number) > KNOWN_ARCHS[-1]
 
 
 def _by_name(text: str) -> str | None:
@@ -122,9 +133,15 @@ def _refusal(arch: object, kernel: str | Sequence[str] | None) -> str:
     names = ", ".join(f"{n} ({a})" for n, a in GPU_ARCHS.items())
     close = difflib.get_close_matches(str(arch).strip().lower().replace(" ", ""), GPU_ARCHS, n=1)
     hint = f" (did you mean {close[0]!r}, {GPU_ARCHS[close[0]]}?)" if close else ""
+    number = re.fullmatch(r"(?:sm|compute)?_?(\d{2,3})[af]?|(\d{1,2})\.(\d)", str(arch).strip().lower())
+    if number and not close:  # a number, but no architecture of CUDA's: the nearest ones
+        value = int(number.group(1) or number.group(2) + number.group(3))
+        near = sorted(KNOWN_ARCHS, key=lambda known: (abs(known - value), known))[:2]
+        hint = f" (no GPU has compute capability {value}; did you mean {' or '.join(f'sm_{n}' for n in sorted(near))}?)"
+    known = ", ".join(str(n) for n in KNOWN_ARCHS)
     return (
         f"{what}arch {arch!r} is not an architecture launchpad can compile for{hint}. Give 'sm_XY' (a real "
         "architecture, e.g. 'sm_90' for an H100), 'sm_XYa' (with its architecture-specific features, 'sm_90a'), "
         "'compute_XY' (PTX for XY and newer), a compute capability (90, '9.0', (9, 0)) or a GPU's name, any "
-        f"case: {names}"
+        f"case: {names}. The architectures (XY): {known}"
     )

@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..errors import BinaryError, LaunchpadError, MissingFileError
+from ..errors import ArgumentError, BinaryError, MissingFileError
 from .spec import KernelSpec
 
 __all__ = ["ARTIFACT_FORMAT", "ARTIFACT_VERSION", "body", "read", "save"]
@@ -47,13 +47,13 @@ def save(spec: KernelSpec, path: str | Path) -> Path:
 
     Raises
     ------
-    LaunchpadError
+    ArgumentError
         The spec runs module callbacks when it loads: an artifact holds no Python code.
     """
     callbacks = spec.callbacks
     if callbacks is not None and (callbacks.setup or callbacks.teardown):
         names = ", ".join(getattr(f, "__qualname__", repr(f)) for f in (*callbacks.setup, *callbacks.teardown))
-        raise LaunchpadError(
+        raise ArgumentError(
             f"kernel {spec.display_name!r} cannot be saved: it runs module callbacks ({names}) of the files it "
             "links when it loads, and an artifact holds no Python code"
         )
@@ -149,7 +149,7 @@ def read(path: str | Path) -> KernelSpec:
         the message says what an artifact is, and what loads the file where it can tell), is of
         another format version, or is damaged: truncated, or modified after it was written (its
         SHA-256 does not match). Nothing of it is used then.
-    LaunchpadError
+    BinaryError
         The file cannot be read.
     """
     where = f"launchpad artifact {str(path)!r}"
@@ -158,7 +158,7 @@ def read(path: str | Path) -> KernelSpec:
     except FileNotFoundError:
         raise MissingFileError(f"no file {str(path)!r} to load: {WHAT_ONE_IS}", str(path)) from None
     except OSError as exc:
-        raise LaunchpadError(f"cannot read {where}: {exc.strerror or exc}") from None
+        raise BinaryError(f"cannot read {where}: {exc.strerror or exc}") from None
     try:
         d = json.loads(raw.decode())
     except ValueError as exc:  # not UTF-8 or not JSON: a damaged artifact, or no artifact at all

@@ -14,7 +14,7 @@ import ctypes
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..errors import ArgumentError, LaunchpadError
+from ..errors import ArgumentError, BinaryError
 
 __all__ = [
     "INDEX_RANGE",
@@ -140,7 +140,7 @@ def struct_format(params: list[Param] | tuple[Param, ...]) -> tuple[str, int]:
     fmt, pos = ["<"], 0
     for p in sorted(params, key=lambda p: p.offset):
         if p.offset < pos:
-            raise LaunchpadError(f"{p.label} overlaps the previous parameter (offset {p.offset})")
+            raise BinaryError(f"{p.label} overlaps the previous parameter (offset {p.offset})")
         if p.offset > pos:
             fmt.append(f"{p.offset - pos}x")
         fmt.append(p.code)

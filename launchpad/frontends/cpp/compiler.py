@@ -18,7 +18,7 @@ from ...core.params import type_size
 from ...core.spec import KernelSpec, plain_args, spec_from_image
 from ...core.toolchain import compile_object, compile_program, resolve_arch
 from ...core.toolchain import link as link_objects
-from ...errors import BinaryError, CompileError
+from ...errors import ArgumentError, ArgumentTypeError, BinaryError, CompileError
 from ...kernel import Kernel
 from .demangle import (  # fmt: skip
     PROBE_SOURCE,
@@ -101,6 +101,7 @@ def compile_cuda_module(
     signatures: Mapping[str, str | Sequence[str]] | None = None,
 ) -> dict[str, Kernel]:
     """Compile several kernels of one source at once; return them by the names given."""
+    _check_names(source, names)
     arch = resolve_arch(arch, kernel=names)
     signatures = signatures or {}
     cubin, symbols, probed = _compile_probed(source, names, arch, std, defines, include_dirs, options)
@@ -112,6 +113,33 @@ def compile_cuda_module(
             spec = _typed_by_compiler(spec, symbols.get(probe_expression(name)))
         kernels[name] = Kernel(_named_from_source(spec, source, name))
     return kernels
+
+
+def _looks_like_source(text: str) -> bool:
+    """Whether ``text`` is code rather than a kernel's name (``"axpy<float>"``, ``"ops::scale"``)."""
+    return "\n" in text or "__global__" in text or "{" in text or ";" in text
+
+
+def _check_names(source: Any, names: Any) -> None:
+    """Refuse names that are no kernel names before compiling: the source and the name given the
+    other way round (``compile_cuda(name, source)``), a name that is code, one name as a string."""
+    if isinstance(names, str):
+        raise ArgumentTypeError(f"compile_cuda_module takes a list of kernel names, got the string {names!r}: "
+                                f"write [{names!r}]")  # fmt: skip
+    if not isinstance(source, str):
+        raise ArgumentTypeError(f"compile_cuda: the source must be a str of CUDA C++, got {type(source).__name__}")
+    for name in names:
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"compile_cuda: a kernel's name must be a str, got {type(name).__name__}")
+        if _looks_like_source(name):
+            shown = name if len(name) <= 60 else name[:57] + "..."
+            if not _looks_like_source(source):
+                raise ArgumentError(
+                    f"compile_cuda: the source and the kernel's name are swapped: the name given is CUDA code "
+                    f"({shown!r}) and the source {source!r}; write compile_cuda(source, {source.strip()!r})"
+                )
+            raise ArgumentError(f"compile_cuda: {shown!r} is CUDA code, not a kernel's name "
+                                '(an extern "C" name, a C++ name or a template instance such as "axpy<float>")')  # fmt: skip
 
 
 def _compile_probed(source: str, names: Sequence[str], *args: Any) -> tuple[bytes, dict[str, str], bool]:

@@ -21,7 +21,7 @@ from typing import Any
 from ...core import toolchain
 from ...core.binary import cubin_arch, read_image
 from ...core.spec import KernelSpec, LaunchPlan, spec_from_image
-from ...errors import ArgumentError, ArgumentTypeError, BinaryError, CompileError, LaunchpadError
+from ...errors import ArgumentError, ArgumentTypeError, BinaryError, CompileError
 from ...kernel import Kernel
 from . import args as _cutile_args  # noqa: F401  (registers the converter the kernels use)
 from .signature import describe, parameter_names, pyfunc_of, signature_from_args
@@ -143,7 +143,7 @@ def cutile_spec(image: bytes, signature: Any, name: str, names: list[str], versi
     """The finished spec of a cubin cuTile exported for ``signature`` (see :func:`from_cutile`)."""
     words, param_names, args = describe(signature, names, name)
     if b"nvshmem" in image:
-        raise LaunchpadError(f"kernel {name!r} calls NVSHMEM, whose per-library setup only ct.launch runs; "
+        raise BinaryError(f"kernel {name!r} calls NVSHMEM, whose per-library setup only ct.launch runs; "
                              "launch it with ct.launch")  # fmt: skip
     spec = spec_from_image(image, "cubin", signature.symbol, signature=words, display_name=name)
     params = tuple(replace(p, name=param_names[p.index]) for p in spec.params)

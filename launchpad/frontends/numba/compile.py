@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.toolchain import compile_object
-from ...errors import CompileError, LaunchpadError
+from ...errors import ArgumentError, CompileError, LaunchpadError
 
 __all__ = ["Compiled", "compile_kernel", "cudadevrt", "helper_files", "linked_object", "refuse_nrt"]
 
@@ -120,7 +120,7 @@ def _compile_public(pyfunc: Any, argtypes: tuple, cc: tuple, options: dict) -> C
     ptx, _ = cuda.compile(pyfunc, argtypes, device=False, abi="numba", output="ptx", cc=cc, **options)
     entries = re.findall(r"\.entry\s+([\w$.]+)\s*\(", ptx)
     if len(entries) != 1:
-        raise LaunchpadError(f"expected one kernel in Numba's PTX for {pyfunc.__name__!r}, found {entries}")
+        raise CompileError(f"expected one kernel in Numba's PTX for {pyfunc.__name__!r}, found {entries}")
     cooperative = any(re.search(rf"\b{s}\b", ptx) for s in _GRID_SYNC_SYMBOLS)
     return Compiled([ptx.encode()], "ptx", entries[0], cooperative, helper_files(ptx), {},
                     uses_nrt=bool(_NRT_CALLS.search(ptx)))  # fmt: skip
@@ -186,7 +186,7 @@ def refuse_nrt(name: str, compiled: Compiled) -> None:
     """Refuse kernels that need Numba's runtime: its memory system is set up and its allocations
     freed by numba-cuda's dispatcher, which launchpad does not run."""
     if compiled.uses_nrt or any(getattr(item, "nrt", False) for item in compiled.linking_files):
-        raise LaunchpadError(
+        raise ArgumentError(
             f"kernel {name!r} uses Numba's runtime (NRT: arrays allocated in the kernel, reference counting), "
             "which numba-cuda's dispatcher initializes on the device; launchpad does not, so it cannot launch it. "
             "Launch it with Numba's dispatcher, or allocate outside the kernel and pass the arrays in"

@@ -22,7 +22,7 @@ from typing import Any
 from ...core import toolchain
 from ...core.ptx_writes import written_args
 from ...core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks, spec_from_image
-from ...errors import CompileError, LaunchpadError
+from ...errors import ArgumentError, ArgumentTypeError, CompileError, LaunchpadError
 from ...kernel import Kernel
 from . import args as _numba_args  # noqa: F401  (_numba_args registers the converters the kernels use)
 from .compile import compile_kernel, cudadevrt, linked_object, refuse_nrt
@@ -91,9 +91,12 @@ def from_numba(
         ``arch`` is neither an architecture nor a GPU's name (the message lists both).
     NoDeviceError
         No ``arch`` was given and there is no GPU to compile for.
-    LaunchpadError
-        A signature launchpad cannot pass (datetimes, ...), or a kernel that needs Numba's
-        runtime (NRT).
+    ArgumentError
+        A signature Numba cannot parse (the message says which bracket is missing) or with a type
+        count other than the function's arguments; a kernel that needs Numba's runtime (NRT), is
+        compiled with ``debug=True`` or has dispatcher extensions.
+    ArgumentTypeError
+        A signature type launchpad cannot pass (datetimes, ...), or a device function.
     """
     with _numpy_row_stack_alias():
         return Kernel(numba_spec(fn, signature, arch, lto, link))
@@ -137,17 +140,18 @@ def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any
     pyfunc = getattr(fn, "py_func", fn)
     target_options = dict(getattr(fn, "targetoptions", None) or {})
     if target_options.get("device"):
-        raise LaunchpadError(f"{pyfunc.__name__!r} is a device function (device=True), not a kernel")
+        raise ArgumentTypeError(f"{pyfunc.__name__!r} is a device function (device=True), not a kernel")
     name = getattr(pyfunc, "__name__", "numba_kernel")
     _refuse_dispatcher_only(name, target_options)
     argtypes, return_type = _normalize_signature(signature, name)
     if return_type is not None and str(return_type) not in ("none", "void"):
-        raise LaunchpadError(f"kernel {name!r}: a kernel returns nothing, the signature returns {return_type}")
+        raise ArgumentError(f"kernel {name!r}: a kernel returns nothing, the signature returns {return_type}")
+    _check_count(pyfunc, name, argtypes)
     names = _argument_names(pyfunc, len(argtypes))
     try:
         words, param_names, args = describe_arguments(argtypes, names)
     except LaunchpadError as exc:  # a type launchpad cannot pass: say which kernel
-        raise LaunchpadError(f"kernel {name!r}, {exc}") from None
+        raise ArgumentTypeError(f"kernel {name!r}, {exc}") from None
 
     arch = toolchain.resolve_arch(arch, kernel=name)
     cc = _compute_capability(arch)
@@ -199,14 +203,14 @@ def _refuse_dispatcher_only(name: str, target_options: dict) -> None:
 
     debug = target_options.get("debug")
     if debug or (debug is None and getattr(config, "CUDA_DEBUGINFO_DEFAULT", False)):
-        raise LaunchpadError(
+        raise ArgumentError(
             f"kernel {name!r} is compiled with debug=True (or NUMBA_CUDA_DEBUGINFO=1): Numba's dispatcher "
             "reports the exceptions such a kernel raises by reading an error flag after every launch, which "
             "launchpad does not do; compile it without debug to launch it here"
         )
     if target_options.get("extensions"):
         names = ", ".join(type(e).__name__ for e in target_options["extensions"])
-        raise LaunchpadError(
+        raise ArgumentError(
             f"kernel {name!r} has dispatcher extensions ({names}): Numba's dispatcher runs their prepare_args "
             "on every launch's arguments, which launchpad does not; pass the arguments they would make instead"
         )
@@ -299,7 +303,7 @@ def _scalar_word(ty: Any, name: str) -> str:
         return f"*{element}"
     if isinstance(ty, types.RawPointer):  # voidptr
         return "*void"
-    raise LaunchpadError(
+    raise ArgumentTypeError(
         f"argument {name!r}: launchpad cannot pass Numba type {ty} (it passes arrays, integers, floats, "
         "booleans, complex numbers, pointers, records, enum members and tuples of these)"
     )
@@ -321,7 +325,7 @@ def _element_dtype(ty: Any, name: str, array: Any) -> tuple[str, int]:
         return f"V{ty.size}", ty.size
     dtype = _numpy_name(ty)
     if dtype not in _ELEMENT_WORDS:
-        raise LaunchpadError(
+        raise ArgumentTypeError(
             f"argument {name!r}: launchpad cannot pass arrays of {ty} ({array}); element types: "
             + ", ".join(_ELEMENT_WORDS)
         )
@@ -333,11 +337,51 @@ def _element_dtype(ty: Any, name: str, array: Any) -> tuple[str, int]:
 def _normalize_signature(signature: Any, name: str) -> tuple[tuple[Any, ...], Any]:
     from numba.cuda.core import sigutils
 
+    unbalanced = _unbalanced(signature) if isinstance(signature, str) else None
+    if unbalanced:
+        raise ArgumentError(f"kernel {name!r}: invalid Numba signature {signature!r}: {unbalanced}; "
+                            'a signature reads "void(float32[::1], float32, int32)"')  # fmt: skip
     try:
         args, return_type = sigutils.normalize_signature(signature)
     except Exception as exc:
-        raise LaunchpadError(f"kernel {name!r}: invalid Numba signature {signature!r}: {exc}") from None
+        raise ArgumentError(f"kernel {name!r}: invalid Numba signature {signature!r}: {exc}; "
+                            'a signature reads "void(float32[::1], float32, int32)"') from None  # fmt: skip
     return tuple(args), return_type
+
+
+def _unbalanced(signature: str) -> str | None:
+    """What a signature's brackets lack (``"a ')' is missing"``), or None where they pair up."""
+    stack: list[str] = []
+    pairs = {")": "(", "]": "["}
+    for at, char in enumerate(signature):
+        if char in "([":
+            stack.append(char)
+        elif char in pairs:
+            if not stack or stack[-1] != pairs[char]:
+                return f"the {char!r} at position {at} closes nothing"
+            stack.pop()
+    if stack:
+        closing = "".join(")" if c == "(" else "]" for c in reversed(stack))
+        return f"{' and '.join(repr(c) for c in closing)} {'is' if len(closing) == 1 else 'are'} missing at its end"
+    return None
+
+
+def _check_count(pyfunc: Any, name: str, argtypes: Sequence[Any]) -> None:
+    """The signature gives one type per argument of the kernel's function (Numba's own check
+    raises a bare TypeError that names neither the kernel nor its arguments)."""
+    try:
+        params = list(inspect.signature(pyfunc).parameters.values())
+    except (TypeError, ValueError):
+        return
+    if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY) for p in params):
+        return
+    if len(params) != len(argtypes):
+        names = ", ".join(p.name for p in params)
+        raise ArgumentError(
+            f"kernel {name!r} takes {len(params)} argument{'s' if len(params) != 1 else ''} ({names}), but the "
+            f"signature gives {len(argtypes)} type{'s' if len(argtypes) != 1 else ''} "
+            f"({', '.join(map(str, argtypes)) or 'none'}): one type per argument, in order"
+        )
 
 
 def _argument_names(pyfunc: Any, count: int) -> list[str]:
@@ -356,6 +400,6 @@ def _compute_capability(arch: str) -> tuple:
     """``(9, 0)`` from ``"sm_90"``, ``(9, 0, "a")`` from ``"sm_90a"``: Numba's ``cc``."""
     m = re.fullmatch(r"(?:sm|compute)_(\d+)(\d)([a-z]?)", arch)
     if m is None:
-        raise LaunchpadError(f"cannot tell the compute capability of arch {arch!r}")
+        raise ArgumentError(f"cannot tell the compute capability of arch {arch!r}")
     major, minor, suffix = int(m.group(1)), int(m.group(2)), m.group(3)
     return (major, minor, suffix) if suffix else (major, minor)

@@ -9,3 +9,8 @@ descriptors as kernel arguments).
 
 Imports: as every front end (``launchpad.frontends``); no other front end.
 """
+
+# Triton's launch hooks and the tensor descriptor converter register on import: every kernel this
+# front end makes (and a saved one, :func:`launchpad.load`) finds them.
+from . import hooks as _hooks  # noqa: F401
+from . import tensordesc as _tensordesc  # noqa: F401

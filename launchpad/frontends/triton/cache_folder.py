@@ -14,7 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ...errors import ArgumentError, LaunchpadError
+from ...errors import ArgumentError, BinaryError, MissingFileError
 from ...kernel import Kernel
 from .spec import TENSORDESC, Leaf, build_spec, with_writes
 from .versions import Convention, convention
@@ -45,7 +45,7 @@ def ttir_type(ty: str, where: str) -> str:
             return "*" + _ELEMENT_TYPES[elem]
         if _INT_TYPE.fullmatch(elem):
             return "*void"
-        raise LaunchpadError(f"{where}: unsupported pointer type {ty!r}")
+        raise BinaryError(f"{where}: unsupported pointer type {ty!r}")
     m = re.fullmatch(r"!tt\.tensordesc<(?:tensor<)?([\dx]+)x(\w+)(?:,[^>]*)?>?>", ty)
     if m:
         block = [int(d) for d in m.group(1).split("x")]
@@ -55,7 +55,7 @@ def ttir_type(ty: str, where: str) -> str:
         return _ELEMENT_TYPES[ty]
     if _INT_TYPE.fullmatch(ty):
         return ty
-    raise LaunchpadError(f"{where}: unsupported argument type {ty!r}")
+    raise BinaryError(f"{where}: unsupported argument type {ty!r}")
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -84,7 +84,7 @@ def _ttir_arguments(ttir: str, name: str) -> list[tuple[str, str, bool]]:
         r"tt\.func\s+public\s+@[\w$.]+\s*\(", ttir
     )
     if m is None:
-        raise LaunchpadError(f"no public tt.func in the TTIR of {name!r}")
+        raise BinaryError(f"no public tt.func in the TTIR of {name!r}")
     depth, end = 1, m.end()
     while depth and end < len(ttir):
         depth += {"(": 1, ")": -1}.get(ttir[end], 0)
@@ -251,10 +251,17 @@ def _full_call(leaves: list[Leaf], parameters: list[tuple[str, bool]], constexpr
 
 def _cache_files(path: Path) -> tuple[Path, dict]:
     """The metadata JSON of a cache entry (folder, ``NAME.json``, ``__grp__NAME.json`` or cubin)."""
+    if not path.exists():
+        raise MissingFileError(
+            f"load_triton: {str(path)!r} does not exist; give a kernel's folder in Triton's cache "
+            "(~/.triton/cache/<hash>, or $TRITON_CACHE_DIR/<hash>) or its NAME.json, __grp__NAME.json or NAME.cubin",
+            str(path),
+        )
     if path.is_dir():
         found = [p for p in sorted(path.glob("*.json")) if not p.name.startswith("__grp__")]
         if len(found) != 1:
-            raise LaunchpadError(
+            kind = ArgumentError if found else MissingFileError
+            raise kind(
                 f"{str(path)!r} should hold one Triton kernel's NAME.json, found {[p.name for p in found] or 'none'}"
             )
         path = found[0]
@@ -266,8 +273,10 @@ def _cache_files(path: Path) -> tuple[Path, dict]:
         path = sibling if sibling.exists() else Path(next(p for c, p in group.items() if c.endswith(".json")))
     try:
         return path, json.loads(path.read_text())
+    except FileNotFoundError as exc:
+        raise MissingFileError(f"cannot read Triton metadata {str(path)!r}: {exc}", str(path)) from None
     except (OSError, ValueError) as exc:
-        raise LaunchpadError(f"cannot read Triton metadata {str(path)!r}: {exc}") from None
+        raise BinaryError(f"cannot read Triton metadata {str(path)!r}: {exc}") from None
 
 
 def load_triton(path: str | Path, *, constexprs: dict[str, Any] | None = None) -> Kernel:
@@ -299,7 +308,7 @@ def load_triton(path: str | Path, *, constexprs: dict[str, Any] | None = None) -
     folder = md_path.parent
     cubin = folder / f"{stem}.cubin"
     if not cubin.exists():
-        raise LaunchpadError(f"no {cubin.name} next to {str(md_path)!r}")
+        raise MissingFileError(f"no {cubin.name} next to {str(md_path)!r}", str(cubin))
     image = cubin.read_bytes()
     ttir_file = next((p for p in (folder / f"{stem}.source", folder / f"{stem}.ttir") if p.exists()), None)
     ttir = ttir_file.read_text() if ttir_file is not None else None

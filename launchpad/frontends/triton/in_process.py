@@ -59,7 +59,7 @@ def _source_leaves(src: Any) -> list[Leaf]:
         elif ty == "constexpr":
             leaves.append(Leaf(name, path, "constexpr", None))
         elif ty is None:
-            raise LaunchpadError(f"the signature has no type for argument {name!r}")
+            raise ArgumentError(f"the signature has no type for argument {name!r}")
         else:
             leaves.append(Leaf(name, path, str(ty), divisible=divisible16(attrs.get(path))))
 

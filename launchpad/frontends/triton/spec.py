@@ -24,7 +24,7 @@ from ...core.binary import kernels_in_image
 from ...core.params import POINTER_DTYPES, Param, apply_signature
 from ...core.ptx_writes import written_args
 from ...core.spec import Arg, KernelSpec, LaunchPlan
-from ...errors import BinaryError, LaunchpadError
+from ...errors import ArgumentError, BinaryError
 from .versions import Convention, convention
 from .writes import written_arguments
 
@@ -98,7 +98,7 @@ def launch_plan(md: dict, conv: Convention | None = None) -> LaunchPlan:
             x, y, z = (int(d) for d in dims)
             cluster = (x, y, z)
             if cluster[1:] != (1, 1):
-                raise LaunchpadError(f"cluster_dims {cluster} (a cluster along y or z) is not supported")
+                raise ArgumentError(f"cluster_dims {cluster} (a cluster along y or z) is not supported")
         else:
             cluster = (num_ctas, 1, 1)
     # Triton's grid counts programs, each a cluster of num_ctas blocks along x
@@ -211,7 +211,7 @@ def _build_untyped(image, md, binary, cubin: list[Param], conv: Convention, disp
     scratch = conv.scratch
     n = len(cubin) - len(scratch)
     if n < 0:
-        raise LaunchpadError(f"kernel {md['name']!r}: the cubin has fewer parameters than Triton's hidden ones")
+        raise BinaryError(f"kernel {md['name']!r}: the cubin has fewer parameters than Triton's hidden ones")
     descriptors = [m for m in md.get("tensordesc_meta") or [] if m]
     params: list[Param] = []
     args: list[Arg] = []
