@@ -244,3 +244,38 @@ def test_an_address_two_pools_hold_in_different_blocks_does_not_hide_the_outputs
     for _ in range(2):
         got = seq(f32(value=3.0))
         assert graphs.reads(seq, seq.nodes - 1)[:8] == struct.pack("<Q", got.data_ptr())  # the writer re-pointed
+
+
+def test_a_host_leftover_a_third_capture_gives_back_hides_no_output(module, graphs, monkeypatch):
+    """The unused tail of torch's ``TensorListMetadata`` (and ``ReduceOp``) holds what the host left
+    there: the same in the kept capture and its twin, another value in the control. A third capture,
+    in a pool of its own, gives the control's back: no encoding of the graph's addresses (which moved
+    a third time) does that, so the bytes hide nothing and the output is re-pointed, not copied (the
+    training steps' loss was copied for this)."""
+    from launchpad.sequences import sequence as _sequence
+
+    scale = graphs.fake.install(module["scale"])
+    keep, kept = _sequence.keep, []
+
+    def counting_keep(*args, **kwargs):
+        kept.append(0)
+        return keep(*args, **kwargs)
+
+    monkeypatch.setattr(_sequence, "keep", counting_keep)
+    calls = [0]
+
+    def step(x):
+        leftover = 0x7FFD_1234_5670
+        if kept:  # the kept capture's twin, control, third capture and the kept one itself
+            calls[0] += 1
+            leftover = (0x7FFD_1234_5670, 0x7FFD_ABCD_EF00, 0x7FFD_ABCD_EF00, 0x7FFD_1234_5670)[(calls[0] - 1) % 4]
+        out = graphs.pool(torch.empty(N))
+        graphs.foreign("at::native::multi_tensor_apply_kernel<TensorListMetadata<1>>",
+                       (16, struct.pack("<QQ", out.data_ptr(), leftover)))  # fmt: skip
+        scale[1, N](out, x, 2.0, N)
+        return out
+
+    seq = graphs.record(step, f32())
+    assert "written there by 2 re-pointed place(s)" in seq.explain(), seq.explain()
+    got = seq(f32(value=3.0))
+    assert graphs.reads(seq, seq.nodes - 1)[:8] == struct.pack("<Q", got.data_ptr())

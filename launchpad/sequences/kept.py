@@ -6,7 +6,7 @@ can be re-pointed for, the function's own nodes, and copy nodes out for the outp
 re-pointing can follow. The outputs are followed in this capture (not carried over from another
 by node index): it is captured into the memory pool of a twin capture made before it with the
 same values (so that bytes which differ between the two vary alone), and beside a control in a
-pool of its own (:func:`launchpad.sequences.outputs.storages`); it is made last, so that what the
+pool of its own, and a third in another (:func:`launchpad.sequences.outputs.storages`); it is made last, so that what the
 function leaves behind (a parameter's ``.grad``) is the kept graph's memory, which replays write. An output found to need a copy
 is captured again with its copy node, and followed again, until nothing changes. Then every
 input's use is checked in it: each word the analysis found holds the input's address there, and
@@ -72,11 +72,13 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
         twin = take()
         twin.result = None  # its memory free again for the kept capture, made into the same pool
         control = take()
+        third = take()  # (a pool of its own while the control's is held: the graph's memory moves again)
+        third.result = None
         final = take(pool=twin.graph.pool())  # last: what fn left behind (a parameter's .grad) is the kept graph's
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
-        storages(plan, firsts, final, control, twin, copied, is_pointer)
-        del twin, control
+        storages(plan, firsts, final, control, twin, copied, is_pointer, third)
+        del twin, control, third
         need = {k for k, s in enumerate(plan.storages) if s.copy} - copied
         if ring is not None and _capacity(plan) > ring.capacity:  # (the updater's arguments hold the ring: again)
             ring = _updates.Ring(device, _capacity(plan))

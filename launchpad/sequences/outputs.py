@@ -22,12 +22,17 @@ of these holds; otherwise a copy node at the graph's end copies the output into 
   where the two pools reused blocks differently, since only a word that points into the output
   matters, and the rule above judges that one), or bytes that also differ between the capture and
   its twin (a capture of the same values into the same pool, whose every allocation is verified
-  to sit at the same address: bytes that differ there vary alone);
+  to sit at the same address: bytes that differ there vary alone), or bytes that a third capture,
+  in a pool of its own, gives back as the capture or the control held them, all of them at once
+  (where the graph's memory moved a third time, an encoding of its addresses moves with it; what
+  the host left in a struct's unused tail, such as torch's ``TensorListMetadata`` and
+  ``ReduceOp``, repeats what it held before);
 - every kernel's parameters could be read, and no child graph may write it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,9 +78,12 @@ class Index:
 
 
 def classify(plan: Plan, base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
-             probed: dict[str, Any]) -> list[int]:  # fmt: skip
+             probed: dict[str, Any], third: Callable[[str], tuple[Capture, int]] | None = None) -> list[int]:  # fmt: skip
     """Fill ``plan``'s template, leaves and storages (each storage's size) from the analysed
-    captures' results; return, for each storage, the index of its first leaf."""
+    captures' results; return, for each storage, the index of its first leaf. ``third(name)`` is a
+    capture with input ``name`` at a third address, and that address: a tensor that moved with an
+    input's probe must move with it there too (the graph's memory may have moved by the same amount
+    by chance)."""
     plan.template, tensors = flatten(base.result)
     elsewhere = {name: flatten(c.result)[1] for name, c in probes.items()}
     in_control = flatten(control.result)[1]
@@ -92,6 +100,10 @@ def classify(plan: Plan, base: Capture, control: Capture, probes: dict[str, Capt
             and leaves[k].data_ptr() != t.data_ptr()
             and leaves[k].data_ptr() - probed[name].data_ptr() == t.data_ptr() - values[name].data_ptr()
         ]
+        if owners and third is not None:
+            again, address = third(owners[0])
+            if flatten(again.result)[1][k].data_ptr() - address != t.data_ptr() - values[owners[0]].data_ptr():
+                owners = []
         if owners:  # (a probe moves its input alone: one owner at most)
             name, x = owners[0], values[owners[0]]
             offset = t.data_ptr() - x.data_ptr()
@@ -123,15 +135,16 @@ def classify(plan: Plan, base: Capture, control: Capture, probes: dict[str, Capt
 
 
 def storages(plan: Plan, firsts: list[int], final: Capture, control: Capture, twin: Capture | None,
-             copied: set[int], is_device_pointer: Any) -> None:  # fmt: skip
+             copied: set[int], is_device_pointer: Any, third: Capture | None = None) -> None:  # fmt: skip
     """Follow each storage of ``plan`` not in ``copied`` in ``final``, the capture that runs (see the
     module documentation): its uses there, or why it is copied. ``control`` is a capture of the
-    same function and values in another pool, ``twin`` one in the same pool as ``final``."""
+    same function and values in another pool, ``twin`` one in the same pool as ``final``, ``third``
+    one more in a pool of its own."""
     nodes = final.nodes
     leaves, in_control = flatten(final.result)[1], flatten(control.result)[1]
     if len(leaves) != len(plan.leaves) or len(in_control) != len(plan.leaves):
         raise RecordError("the recorded function returns a different number of tensors on each capture")
-    hidden = _hidden(final, control, twin, is_device_pointer)
+    hidden = _hidden(final, control, twin, is_device_pointer, third)
     for k, storage in enumerate(plan.storages):
         if k in copied:
             continue
@@ -174,7 +187,8 @@ def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capt
     return "" if storage.uses else "no node launchpad can see points into it"
 
 
-def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_pointer: Any) -> str:
+def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_pointer: Any,
+            third: Capture | None = None) -> str:  # fmt: skip
     """Why no output of ``final`` can be re-pointed at all ("": none): a node may hold the graph's
     addresses where launchpad cannot see them."""
     if final.allocations is None or control.allocations is None:
@@ -195,6 +209,11 @@ def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_po
                 continue
             if same_pool:  # what differs from the twin too varies alone; the rest follows the graph's addresses
                 changed &= ~_differ(here, region_bytes(twin.nodes[i], offset, size))  # type: ignore[union-attr, arg-type]
+            if changed and third is not None:  # the graph's memory moved a third time: an address's encoding moves
+                again = region_bytes(third.nodes[i], offset, size)  # (a host leftover repeats one it held before)
+                if again is not None and not (_differ(again, here) & changed and
+                                              _differ(again, region_bytes(control.nodes[i], offset, size)) & changed):  # fmt: skip
+                    changed = 0
             if changed:
                 return (f"{node.describe(i)}, {region_label(node, offset, size, param)} changes with the graph's memory but "
                         "is no address launchpad can follow: it may hold one in another form")  # fmt: skip

@@ -147,6 +147,7 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
     for late in lates:
         late.graph = None
     seconds: dict[tuple[str, bool], Any] = {}
+    thirds: dict[str, int] = {}  # the address of each input's third place (capture_again(name, elsewhere=True))
     recorded = base.nodes
 
     def capture_again(name: str, elsewhere: bool = False) -> Any:  # where analyze must confirm a byte
@@ -156,7 +157,12 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
             again.graph = None
             same_structure(name, recorded, again.nodes)
             seconds[name, elsewhere] = again
+            if elsewhere:
+                thirds[name] = value.data_ptr()
         return seconds[name, elsewhere]
+
+    def third_place(name: str) -> tuple[Capture, int]:  # where classify must confirm an input's view
+        return capture_again(name, elsewhere=True), thirds[name]
 
     plan = analyze(base, control, probes, values, probed, lambda a: _driver.pointer_device(a) is not None,
                    capture_again, fars, lates)  # fmt: skip
@@ -164,7 +170,7 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
         p = plan.inputs[name]
         p.multiple_of = multiple
         p.uses = [replace(u, multiple_of=max(u.multiple_of, multiple)) for u in p.uses]
-    firsts = classify(plan, base, control, probes, values, probed)
+    firsts = classify(plan, base, control, probes, values, probed, third_place)
     del base, control, probes, fars, lates
     seconds.clear()
     return Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators,
