@@ -262,3 +262,14 @@ def test_bench_without_a_gpu_prints_rows_only_for_what_it_measured():
         "(they need a GPU and there is none here)"
     ), skipped
     assert runner.listed(["launch", "sweep", "sequence"]) == "launch, sweep and sequence"
+
+
+def test_the_overview_lists_every_front_end_the_readme_lists():
+    root = PACKAGE.parent
+    readme, index = (root / "README.md").read_text(), (root / "docs" / "index.md").read_text()
+    folders = [p.name for p in (PACKAGE / "frontends").iterdir() if (p / "__init__.py").is_file()]
+    pages = [f"{name}.md" for name in folders if (root / "docs" / f"{name}.md").is_file()]
+    assert len(pages) >= 5
+    for page in pages:
+        if f"(docs/{page})" in readme:
+            assert f"({page})" in index, f"docs/index.md does not link {page}, which the README lists"
