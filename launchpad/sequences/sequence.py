@@ -1,5 +1,8 @@
 """Recorded sequences: a function's launches captured once as one CUDA graph, replayed with new inputs.
 
+(Over 400 lines, and whole: ``record`` and the ``Sequence`` it makes are one lifetime, the
+captures a recording takes and what the sequence then owns of them.)
+
 ``seq = launchpad.record(fn, *args, **kwargs)`` runs ``fn`` once as it is (the warm-up: modules
 load, Triton compiles and tunes), then records it: every launch it makes on torch's current
 stream (launchpad's kernels, torch's operations, cuBLAS) becomes a node of one CUDA graph,
