@@ -273,3 +273,20 @@ def test_the_overview_lists_every_front_end_the_readme_lists():
     for page in pages:
         if f"(docs/{page})" in readme:
             assert f"({page})" in index, f"docs/index.md does not link {page}, which the README lists"
+
+
+def test_the_compiled_block_bench_gives_ratios_round_by_round_with_their_spread():
+    from launchpad.bench import compiled, harness
+    from launchpad.bench import report as bench_report
+
+    host = {"compiled_triton_default": [10.0, 20.0, 10.0, 20.0], "compiled_launchpad_default": [11.0, 22.0, 11.0, 22.0]}
+    wall = {"compiled_triton_default": [5.0, 5.0], "compiled_launchpad_default": [5.0, float("nan")]}
+    results = {k: {"label": k, "status": "ok"} for k in host}
+    for k, v in host.items():
+        harness.record_samples(results[k], v, None)
+    compiled._paired_ratios(results, host, wall, "compiled_triton_default")
+    paired = results["compiled_launchpad_default"]["paired_ratio"]
+    assert paired["median"] == pytest.approx(1.1) and paired["p10"] == pytest.approx(1.1) and paired["n"] == 4
+    assert results["compiled_launchpad_default"]["paired_e2e_ratio"]["n"] == 1  # a missing round is no pair
+    text = compiled.compiled_tables({"block": "b", "results": results}, bench_report.format_table, "")
+    assert "1.10x (1.10-1.10)" in text and "new shuffled order" in text

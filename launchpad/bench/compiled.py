@@ -16,11 +16,20 @@ eager and compiled with ``torch.compile(fullgraph=True)`` in the default mode an
 Two figures per variant and mode, as in the other sections: the host's cost per step (batches with no
 synchronization inside) and the wall time per step of a GPU-bound loop; medians; each checked against
 eager's result first.
+
+Fair to every variant (issue 37): each variant and mode is its own function (its own code object, so
+Dynamo keeps its compiled code and guards apart from the others', rather than one cache entry list
+whose order of compilation decides which guards a call checks first), all compiled before any is
+timed (no ``torch._dynamo.reset()`` between them), and each round runs every variant once in a new
+shuffled order. The ratios are per round (a variant's batch against Triton's default-mode batch of
+the same round), given as their median with the p10-p90 spread.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -47,7 +56,7 @@ VARIANTS = {
 }
 
 
-def _blocks() -> dict[str, Callable[..., Any]]:
+def _blocks() -> dict[tuple[str, str], Callable[..., Any]]:
     """Each variant's block function ``f(x, w, bias)``."""
     import torch
     import triton
@@ -73,7 +82,7 @@ def _blocks() -> dict[str, Callable[..., Any]]:
                            grid=lambda y, x, a, n: (n + 255) // 256, block=256),
     }  # fmt: skip
 
-    def block(variant: str) -> Callable[..., Any]:
+    def block(variant: str, mode: str) -> Callable[..., Any]:
         def f(x: Any, w: Any, bias: Any) -> Any:
             h = x @ w
             out = torch.empty_like(h)
@@ -93,15 +102,18 @@ def _blocks() -> dict[str, Callable[..., Any]]:
                 cpp[(n + 255) // 256, 256](out, x, 0.5, n)
             return torch.relu(out) * 2
 
-        return f
+        # a code object of its own: Dynamo caches compiled code per code object
+        code = f.__code__.replace(co_name=f"block_{variant}_{mode}".replace("-", "_"))
+        return types.FunctionType(code, f.__globals__, code.co_name, f.__defaults__, f.__closure__)
 
-    return {v: block(v) for v in VARIANTS}
+    return {(v, m): block(v, m) for v in VARIANTS for m in MODES}
 
 
 def _entries() -> list[Entry]:
     import torch
 
     blocks = _blocks()
+    torch._dynamo.reset()  # once, before any variant compiles
     gen = torch.Generator(device="cuda").manual_seed(3)
     w = torch.randn(DIM, DIM, device="cuda", generator=gen) / 16
     bias = torch.randn(DIM, device="cuda", generator=gen)
@@ -110,9 +122,8 @@ def _entries() -> list[Entry]:
 
     def factory(variant: str, mode: str) -> Callable[[Any], Timed]:
         def make(_ctx: Any) -> Timed:
-            fn = blocks[variant]
+            fn = blocks[variant, mode]
             if mode != "eager":
-                torch._dynamo.reset()
                 compiled = torch.compile(fn, fullgraph=True, mode=None if mode == "default" else mode)
 
                 def fn(x: Any, w: Any, bias: Any) -> Any:
@@ -148,15 +159,51 @@ def compiled_section(rounds: int, batch: int, log: Callable[[str], None]) -> dic
     except Exception as exc:
         return {"error": harness.describe(exc)}
     launchers, results = harness.set_up(entries, None, sync=sync, log=log)
-    samples, errors = harness.measure(launchers, rounds=rounds, batch=batch, warmup=batch, sync=sync)
+    rng = random.Random(37)
+    samples, errors = harness.measure(launchers, rounds=0, batch=batch, warmup=batch, sync=sync)  # warm-up
+    for _ in range(rounds):  # one round at a time, each in a new order
+        order = [lc for lc in launchers if lc.key not in errors]
+        rng.shuffle(order)
+        got, failed = harness.measure(order, rounds=1, batch=batch, warmup=0, sync=sync)
+        errors.update(failed)
+        for key, values in got.items():
+            samples[key] = [*samples.get(key, []), *(values or [float("nan")])]
     for lc in launchers:
-        harness.record_samples(results[lc.key], samples[lc.key], errors.get(lc.key))
+        harness.record_samples(results[lc.key], [v for v in samples[lc.key] if v == v], errors.get(lc.key))
     ready = [lc for lc in launchers if lc.key not in errors]
-    walls, errors = harness.measure_e2e(ready, launches=max(20, batch), repeats=max(5, rounds // 4), sync=sync)
+    walls: dict[str, list[float]] = {lc.key: [] for lc in ready}
+    for _ in range(max(5, rounds // 4)):
+        order = [lc for lc in ready if lc.key not in errors]
+        rng.shuffle(order)
+        got, failed = harness.measure_e2e(order, launches=max(20, batch), repeats=1, sync=sync)
+        errors.update(failed)
+        for key, values in got.items():
+            walls[key] = [*walls[key], *(values or [float("nan")])]
     for lc in ready:
-        harness.record_e2e(results[lc.key], walls[lc.key], errors.get(lc.key))
+        harness.record_e2e(results[lc.key], [v for v in walls[lc.key] if v == v], errors.get(lc.key))
     harness.add_ratios(results, "compiled_triton_default")
+    _paired_ratios(results, samples, walls, "compiled_triton_default")
     return {"block": f"x @ w ({ROWS}x{DIM} @ {DIM}x{DIM}), a Triton and a C++ kernel, relu * 2", "results": results}
+
+
+def _paired_ratios(results: dict[str, Any], host: dict[str, list[float]], wall: dict[str, list[float]],
+                   base: str) -> None:  # fmt: skip
+    """Each record's ratio to ``base`` round by round (the same round's batches), summarized: the
+    median and its p10-p90 spread, in place of the ratio of two medians."""
+    for part, samples in (("ratio", host), ("e2e_ratio", wall)):
+        reference = samples.get(base, [])
+        for key, values in samples.items():
+            pairs = [v / r for v, r in zip(values, reference) if v == v and r == r and r > 0]
+            if pairs and key in results:
+                stats = harness.summarize(pairs)
+                results[key][f"paired_{part}"] = {k: stats[k] for k in ("median", "p10", "p90", "n")}
+
+
+def _ratio_cell(record: dict[str, Any], part: str) -> str:
+    paired = record.get(f"paired_{part}")
+    if not paired:
+        return ""
+    return f"{ratio_text(paired['median'])} ({paired['p10']:.2f}-{paired['p90']:.2f})"
 
 
 def compiled_tables(section: dict[str, Any], table: Callable[..., str], head: str) -> str:
@@ -168,9 +215,13 @@ def compiled_tables(section: dict[str, Any], table: Callable[..., str], head: st
             rows.append([rec["label"], f"{rec.get('status', 'missing')}: {rec.get('reason', '')}"])
             continue
         wall = harness.median_of(rec, "e2e")
-        rows.append([rec["label"], us(rec["stats"]["median"], 1), us(wall, 1) if wall else "",
-                     ratio_text((rec.get("ratio") or {}).get("median")),
-                     ratio_text(((rec.get("e2e") or {}).get("ratio") or {}).get("median"))])  # fmt: skip
+        host_ratio = _ratio_cell(rec, "ratio") or ratio_text((rec.get("ratio") or {}).get("median"))
+        wall_ratio = _ratio_cell(rec, "e2e_ratio") or ratio_text(
+            ((rec.get("e2e") or {}).get("ratio") or {}).get("median")
+        )
+        rows.append([rec["label"], us(rec["stats"]["median"], 1), us(wall, 1) if wall else "", host_ratio,
+                     wall_ratio])  # fmt: skip
     return (f"{head}A block under torch.compile\n\n{section['block']}. Host: us per step of the host's work; wall: us "
-            "per step of a GPU-bound loop; ratios to Triton's fn[grid] compiled in the default mode, same run.\n\n"
+            "per step of a GPU-bound loop; ratios to Triton's fn[grid] compiled in the default mode, round by round "
+            "(every round runs each variant once, in a new shuffled order): median (p10-p90).\n\n"
             + table(["variant, mode", "host us/step", "wall us/step", "host x triton", "wall x triton"], rows))  # fmt: skip
