@@ -347,7 +347,7 @@ class FakeGraphs:
 
     def reads(self, seq, index: int) -> bytes:
         """The parameter block (or copy struct) node ``index`` of ``seq``'s graph holds now."""
-        return bytes(self.state[seq._plan.nodes[index].handle])
+        return bytes(self.state[seq._state.plan.nodes[index].handle])
 
     def words(self, seq, index: int) -> list[int]:
         """Node ``index``'s 8-byte words now (its pointers)."""

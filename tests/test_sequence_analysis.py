@@ -189,10 +189,11 @@ def test_a_step_that_draws_random_numbers_replays_through_torchs_graph(graphs):
 
     seq = graphs.record(step, f32())
     seq(f32())
-    assert graphs.replays == [seq._exec]  # launched by torch's replay: it writes the generator's seed and offset
+    # launched by torch's replay: it writes the generator's seed and offset
+    assert graphs.replays == [seq._state.graph_exec]
     plain = graphs.record(lambda x: graphs.foreign("k", (8, x.data_ptr())), f32())
     plain(f32())
-    assert graphs.replays == [seq._exec] and graphs.launched[-1][0] == plain._exec
+    assert graphs.replays == [seq._state.graph_exec] and graphs.launched[-1][0] == plain._state.graph_exec
 
 
 def test_without_allocation_facts_every_output_is_copied(module, graphs):

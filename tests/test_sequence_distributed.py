@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -226,24 +225,28 @@ def nccl_node() -> Node:
 
 class FakeSequence:
     def __init__(self, nodes):
-        self._plan = SimpleNamespace(nodes=nodes)
+        self.nodes = nodes
         self.closed = 0
 
     def close(self):
         self.closed += 1
 
 
+def track(sequence: FakeSequence) -> FakeSequence:
+    return D.track(sequence, sequence.nodes)
+
+
 def test_sequences_holding_nccl_work_are_told_apart():
     assert D.holds_nccl([Node(0, "kernel", name="gemm"), nccl_node()])
     assert D.holds_nccl([Node(0, "graph", children=[nccl_node()])])
     assert not D.holds_nccl([Node(0, "kernel", name="gemm"), Node(2, "memcpy")])
-    plain = D.track(FakeSequence([Node(0, "kernel", name="gemm")]))
+    plain = track(FakeSequence([Node(0, "kernel", name="gemm")]))
     assert plain not in D._LIVE
 
 
 def test_destroying_a_process_group_closes_them_first(group):
-    held = D.track(FakeSequence([nccl_node()]))
-    plain = D.track(FakeSequence([Node(0, "kernel", name="gemm")]))
+    held = track(FakeSequence([nccl_node()]))
+    plain = track(FakeSequence([Node(0, "kernel", name="gemm")]))
     assert held in D._LIVE
     assert getattr(dist.destroy_process_group, "__launchpad_wrapped__", None) is not None
     from torch.distributed import distributed_c10d

@@ -136,12 +136,13 @@ def test_a_refused_update_or_launch_leaves_the_graph_as_it_was(kernels, fake_gpu
     seq = graphs.record(step, x, y, 7)
     before = [graphs.reads(seq, i) for i in range(2)]
     if where == "update":
-        graphs.fail_update = seq._plan.nodes[1].handle  # the second node refuses: the first must be undone
+        graphs.fail_update = seq._state.plan.nodes[1].handle  # the second node refuses: the first must be undone
     else:
         graphs.fail_launch = True
     with pytest.raises(lp.CudaError):
         seq(torch.randn(16), torch.randn(16), 8)
-    assert [graphs.reads(seq, i) for i in range(2)] == before and seq._current[0] is x and seq._current[2] == 7
+    current = seq._state.current
+    assert [graphs.reads(seq, i) for i in range(2)] == before and current[0] is x and current[2] == 7
     graphs.fail_update, graphs.fail_launch = None, False
     x2 = torch.randn(16)
     seq(x2, i32=9)

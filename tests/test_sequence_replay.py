@@ -22,6 +22,7 @@ import launchpad as lp
 from launchpad.core import driver as _driver
 from launchpad.sequences import creplay as _creplay
 from launchpad.sequences import pyreplay as _pyreplay
+from launchpad.sequences import state as _state
 from launchpad.sequences import updates as _updates
 
 SOURCE = r"""
@@ -54,10 +55,10 @@ def axpy_reads(graphs, seq, index: int) -> tuple:
 
 def rebuild(seq, executor: str) -> None:
     """The sequence's replays made again (after a test changed what they are made from)."""
-    seq._staged = _pyreplay.replay_state(seq)
-    seq._replay = _pyreplay.replay_for(seq)
+    seq._state.index()
+    seq._replay = _pyreplay.replay_for(seq._state)
     if executor == "compiled":
-        seq._replay = _creplay.compiled_replay(seq, seq._replay)
+        seq._replay = _creplay.compiled_replay(seq._state, seq._replay, seq._get_stream)
     assert seq.replay_path == executor
 
 
@@ -89,13 +90,13 @@ def test_a_returned_input_is_the_one_this_replay_was_given(module, graphs):
     """Defect 1: the values a result is built from are taken under the lock, not read after it."""
     axpy = graphs.fake.install(module["axpy"])
     seq = graphs.record(lambda x, y: (axpy[1, N](1.0, x, y, N), x[8:])[1], f32(), f32())
-    seq._lock = lock = HookLock()
+    seq._state.lock = lock = HookLock()
     rebuild(seq, graphs.fake.executor)
     x2, x3 = f32(), f32()
     lock.after_release = lambda: seq(x3)
     got = seq(x2)
     assert got.data_ptr() == x2.data_ptr() + 32 and got.untyped_storage().data_ptr() == x2.untyped_storage().data_ptr()
-    assert seq._current[0] is x3 and axpy_reads(graphs, seq, 0)[1] == x3.data_ptr()  # the other replay did run
+    assert seq._state.current[0] is x3 and axpy_reads(graphs, seq, 0)[1] == x3.data_ptr()  # the other replay did run
 
 
 def test_returned_views_of_another_dtype_keep_it_and_their_byte_position(module, graphs):
@@ -207,7 +208,7 @@ def test_a_replay_inside_another_capture_is_refused_before_anything_changes(modu
                        r"current stream is capturing a CUDA graph\): record the whole step with launchpad\.record, or "
                        r"replay the sequence outside the capture$"):  # fmt: skip
         seq(f32())
-    assert graphs.reads(seq, 0) == before and not graphs.launched and seq._current[0] is x
+    assert graphs.reads(seq, 0) == before and not graphs.launched and seq._state.current[0] is x
     graphs.stream_capturing = False
     x2 = f32()
     seq(x2)
@@ -222,7 +223,7 @@ def test_a_failed_device_side_update_is_never_returned_as_good(module, fake_gpu,
     axpy = graphs.fake.install(module["axpy"])
     seq = graphs.record(lambda x, y: (axpy[1, N](1.0, x, y, N), axpy[1, N](2.0, y, x, N))[0], f32(), f32())
     seq(f32())
-    graphs.fail_device = seq._plan.nodes[1].handle  # (a transient failure of the device runtime)
+    graphs.fail_device = seq._state.plan.nodes[1].handle  # (a transient failure of the device runtime)
     message = (r"^a device-side update of this sequence failed in replay 2 \(sequence input 'x', read by node 1 "
                r"\(kernel 'axpy'\), param 2 \('y', \*fp32\): cudaError_t 801\); that replay and every one after it ran "
                r"with stale node values \(their results are wrong\), and the updater applies none since: record it "
@@ -236,7 +237,8 @@ def test_a_failed_device_side_update_is_never_returned_as_good(module, fake_gpu,
             seq(f32())
     with pytest.raises(lp.LaunchpadError, match=message):
         seq.check()
-    assert seq._state[1] == 1 and [graphs.reads(seq, i) for i in range(2)] == stale and len(graphs.launched) == 2
+    assert seq._state.counters[_state.BROKEN] == 1
+    assert [graphs.reads(seq, i) for i in range(2)] == stale and len(graphs.launched) == 2
 
 
 def test_a_failure_found_later_is_raised_by_check_and_warned_of_when_unreported(module, fake_gpu, monkeypatch):
@@ -248,14 +250,14 @@ def test_a_failure_found_later_is_raised_by_check_and_warned_of_when_unreported(
     seq.check()  # (nothing launched, nothing failed)
     graphs.defer = True
     seq(f32())  # returns: the device has not run its updater yet
-    graphs.fail_device = seq._plan.nodes[0].handle
+    graphs.fail_device = seq._state.plan.nodes[0].handle
     graphs.run_pending()
     with pytest.raises(lp.LaunchpadError, match=r"failed in replay 1 \(sequence input 'x'"):
         seq.check()
     seq2 = graphs.record(lambda x, y: axpy[1, N](1.0, x, y, N), f32(), f32())
     graphs.fail_device = None
     seq2(f32())
-    graphs.fail_device = seq2._plan.nodes[0].handle
+    graphs.fail_device = seq2._state.plan.nodes[0].handle
     graphs.run_pending()
     with pytest.warns(lp.LaunchpadWarning, match=r"released whose replay 1 failed a device-side update \(cudaError_t "
                       r"801\): that replay's results and every later one's were wrong"):  # fmt: skip
@@ -283,7 +285,7 @@ def test_a_node_the_driver_will_not_update_from_the_device_is_updated_from_the_h
     graphs.refuse_device_updates = refused
     seq = graphs.record(lambda x, y: (axpy[1, N](1.0, x, y, N), axpy[1, N](2.0, y, x, N))[0], f32(), f32())
     assert [i for i, _ in seq.refused_device_updates] == [1] and seq.refused_device_updates[0][1] == 801
-    assert seq._staged.ring.consumed == 0 and int(seq._staged.ring.counter[0]) == 0
+    assert seq._state.ring.consumed == 0 and int(seq._state.ring.counter[0]) == 0
     assert "node 1 (kernel 'axpy'): updated from the host (the driver refused a device-side update of it when the " \
         "sequence was made: cudaError_t 801)" in seq.explain()  # fmt: skip
     for _ in range(3):
@@ -292,7 +294,7 @@ def test_a_node_the_driver_will_not_update_from_the_device_is_updated_from_the_h
         assert axpy_reads(graphs, seq, 0)[1:3] == (x2.data_ptr(), y2.data_ptr())
         assert axpy_reads(graphs, seq, 1)[1:3] == (y2.data_ptr(), x2.data_ptr())
     seq.check()
-    assert set(graphs.host_updates) == {seq._plan.nodes[1].handle}
+    assert set(graphs.host_updates) == {seq._state.plan.nodes[1].handle}
 
 
 def test_a_slot_written_for_another_launch_is_a_failure_not_its_values(module, fake_gpu, monkeypatch):
@@ -303,7 +305,8 @@ def test_a_slot_written_for_another_launch_is_a_failure_not_its_values(module, f
     seq = graphs.record(lambda x, y: axpy[1, N](1.0, x, y, N), f32(), f32())
     x2 = f32()
     seq(x2)
-    graphs._launch(seq._exec, 0x5000)  # a launch the host did not count (as torch's replay falling back could)
+    # a launch the host did not count (as torch's replay falling back could)
+    graphs._launch(seq._state.graph_exec, 0x5000)
     before = graphs.reads(seq, 0)
     with pytest.raises(lp.LaunchpadError, match=r"failed in replay 2 \(the ring slot it read was written for another "
                        r"launch \(the host's count of launches drifted\)\)"):  # fmt: skip
@@ -339,18 +342,18 @@ def test_a_step_that_draws_random_numbers_replays_through_torchs_graph(module, g
         calls.append(len(graphs.launched))
         if fail:
             raise RuntimeError("CUDA error: the generator's state")
-        graphs._launch(seq._exec, 0x5000)
+        graphs._launch(seq._state.graph_exec, 0x5000)
 
-    seq._graph, seq._rng = types.SimpleNamespace(replay=replay), True
+    seq._state.graph, seq._state.rng = types.SimpleNamespace(replay=replay), True
     rebuild(seq, graphs.fake.executor)
     x2 = f32()
     seq(x2, a=0.25)
     assert calls == [0] and axpy_reads(graphs, seq, 0)[:2] == (0.25, x2.data_ptr())
-    before, current = graphs.reads(seq, 0), list(seq._current)
+    before, current = graphs.reads(seq, 0), list(seq._state.current)
     fail.append(True)
     with pytest.raises(RuntimeError, match=r"^CUDA error: the generator's state$"):
         seq(f32(), a=4.0)
-    assert graphs.reads(seq, 0) == before and seq._current == current and len(graphs.launched) == 1
+    assert graphs.reads(seq, 0) == before and seq._state.current == current and len(graphs.launched) == 1
     fail.clear()
     seq(a=-1.0)
     assert axpy_reads(graphs, seq, 0)[:2] == (-1.0, x2.data_ptr())
@@ -381,7 +384,7 @@ def test_the_compiled_replay_looks_its_lock_up_once(module, graphs):
     lock stays the one the Python replay takes."""
     axpy = graphs.fake.install(module["axpy"])
     seq = graphs.record(lambda x, y: axpy[1, N](1.0, x, y, N), f32(), f32())
-    seq._lock = lock = CountingLock()
+    seq._state.lock = lock = CountingLock()
     rebuild(seq, graphs.fake.executor)
     for _ in range(5):
         seq(f32())

@@ -137,7 +137,7 @@ def test_recording_a_training_step_gives_the_same_plan_every_time():
 def decisions(seq) -> tuple:
     """What a sequence's plan decided: each input copied or where it is written, each output copied or
     where it is re-pointed (the wording of a reason names the first word found, which may differ)."""
-    plan = seq._plan
+    plan = seq._state.plan
     inputs = tuple((n, bool(p.copy), tuple((u.node, u.offset, u.size) for u in p.uses)) for n, p in plan.inputs.items())
     return inputs, tuple((bool(s.copy), tuple((u.node, u.offset) for u in s.uses)) for s in plan.storages)
 

@@ -343,11 +343,10 @@ def holds_nccl(nodes: list[Any]) -> bool:
     return False
 
 
-def track(sequence: Any) -> Any:
-    """Keep ``sequence`` in the set closed before a process group is destroyed, where its graph
-    holds NCCL work (and wrap ``destroy_process_group`` the first time). Returns it."""
-    plan = getattr(sequence, "_plan", None)
-    if plan is not None and holds_nccl(plan.nodes):
+def track(sequence: Any, nodes: list[Any]) -> Any:
+    """Keep ``sequence`` in the set closed before a process group is destroyed, where its graph's
+    ``nodes`` hold NCCL work (and wrap ``destroy_process_group`` the first time). Returns it."""
+    if holds_nccl(nodes):
         _LIVE.add(sequence)
         _hook()
     return sequence

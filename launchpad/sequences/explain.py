@@ -5,26 +5,25 @@ device)."""
 
 from __future__ import annotations
 
-from typing import Any
-
+from .state import SequenceState
 from .updates import DEVICE
 
 __all__ = ["explain"]
 
 
-def explain(seq: Any) -> str:
-    """What :meth:`Sequence.explain` prints."""
-    plan = seq._plan
-    kinds = {t.kind for t in seq._targets.values()}
+def explain(st: SequenceState, title: str) -> str:
+    """What :meth:`Sequence.explain` prints, under ``title`` (the sequence's ``repr``)."""
+    plan = st.plan
+    kinds = {t.kind for t in st.targets.values()}
     how = "from the device (launchpad's updater node reads each replay's changes)" if DEVICE in kinds else \
         "from the host (cuGraphExec*SetParams)"  # fmt: skip
-    lines = [f"{seq!r}", f"nodes are updated {how}" + (f"; no device-side updates: {seq.update_note}"
-                                                        if seq.update_note and DEVICE not in kinds else "")]  # fmt: skip
-    for index, error in getattr(seq, "refused_device_updates", ()):
+    lines = [title, f"nodes are updated {how}" + (f"; no device-side updates: {st.note}"
+                                                  if st.note and DEVICE not in kinds else "")]  # fmt: skip
+    for index, error in st.refused:
         lines.append(f"{plan.nodes[index].describe(index)}: updated from the host (the driver refused a device-side "
                      f"update of it when the sequence was made: cudaError_t {error})")  # fmt: skip
     for name, p in plan.inputs.items():
-        places = "; ".join(f"{seq._targets[u.node].name}, {u.label}" for u in p.uses)
+        places = "; ".join(f"{st.targets[u.node].name}, {u.label}" for u in p.uses)
         if p.copy:
             lines.append(f"input {name!r}: copied into the sequence's own buffer before each replay"
                          + (" and back after it" if p.writes else "") + f", because {p.copy}")  # fmt: skip

@@ -31,10 +31,8 @@ graphs do.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import inspect
-import threading
 import traceback
 import warnings
 import weakref
@@ -59,6 +57,7 @@ from .capture import Capture, failure, far_probe, probe, residue_probe, rewrappe
 from .explain import explain as _explain
 from .kept import keep
 from .outputs import classify
+from .state import BROKEN, LAUNCHES, SequenceState
 from .structure import same_structure
 
 __all__ = ["RecordError", "Sequence", "record"]
@@ -107,7 +106,8 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, com
         values[name] = _input_value(name, value, device)
     with _distributed.prepared(fn, values, device, warmup) as steps:  # (what DDP needs: see distributed.py)
         made = _record(fn, values, device, steps, compiled, tuple(generators), (positional, parameters))
-    return _distributed.track(made)  # (closed before a process group is destroyed, if it holds NCCL work)
+    # (closed before a process group is destroyed, if it holds NCCL work)
+    return _distributed.track(made, made._state.plan.nodes)
 
 
 def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: _distributed.Steps,
@@ -290,73 +290,79 @@ class Sequence:
         self.inputs = tuple(values)
         self.device = device
         self._fn = fn  # what the graph's bound tensors belong to: kept as long as the graph
-        self._lock = threading.Lock()
-        self._positions = {name: i for i, name in enumerate(self.inputs)}
         #: How many of fn's leading parameters are inputs (positional argument i is input i below it),
         #: and fn's parameter names: a positional argument that lands on another parameter is refused.
-        self._positional, self._parameters = signature or (len(self.inputs), self.inputs)
-        self._current = [values[name] for name in self.inputs]  # the one record of what the graph reads
-        self._state = (ctypes.c_uint64 * 2)()  # launches so far (the ring's), and "broken"
-        function, self.update_note = _updates.updater(device)
+        positional, parameters = signature or (len(self.inputs), self.inputs)
+        function, note = _updates.updater(device)
         kept = keep(fn, plan, values, firsts or [], device, function, generators)
-        self._plan, self._graph, self._ring = plan, kept.final.graph, kept.ring
-        self._statics, self._holders = kept.statics, kept.holders  # what its copy nodes read and write
-        #: The graph draws from torch's generators: a replay launches through torch's CUDAGraph.replay(),
-        #: which writes each generator's seed and offset before the launch and advances the offset.
-        self._rng = rng or bool(generators)
-        self._targets = {index: self._target(index, kept.ring) for index in sorted({u.node for u in _all_uses(plan)})}
-        self._graph.instantiate()
-        self._exec = int(self._graph.raw_cuda_graph_exec())
+        changed = sorted({u.node for u in _all_uses(plan)})
+        targets = {index: _target(plan, index, kept.ring, device) for index in changed}
+        graph = kept.final.graph
+        graph.instantiate()
+        graph_exec = int(graph.raw_cuda_graph_exec())
         if kept.ring is not None:  # device-side updates need the graph on the device before its first launch
-            _driver.graph_upload(self._exec, _checks.current_raw_stream(self.device))
-        self.nodes = len(self._plan.nodes)
-        self._template = self._plan.template
-        self._allocators = _pyreplay.allocators(self)
-        self._modules = [n.module for n in self._plan.nodes if n.module is not None]  # kernels stay loaded
-        self._finalizer = weakref.finalize(self, _drain, self._state, self.device, self._graph, self._ring)
-        self._staged = _pyreplay.replay_state(self)  # what both replays share: the last word of every use
-        #: Nodes the driver would not update from the device (updated from the host): ``(node, cudaError_t)``.
-        self.refused_device_updates: list[tuple[int, int]] = []
+            _driver.graph_upload(graph_exec, _checks.current_raw_stream(self.device))
+        #: Everything the sequence owns that its replays read and write (see state.py): one object,
+        #: given to both replays, released by close() (and by its finalizer when the sequence is collected).
+        self._state = st = SequenceState(
+            names=self.inputs, device=device, plan=plan, positional=positional, parameters=parameters,
+            rng=rng or bool(generators), graph=graph, graph_exec=graph_exec, ring=kept.ring, targets=targets,
+            statics=kept.statics, holders=kept.holders, current=[values[name] for name in self.inputs],
+            allocators=_pyreplay.allocators(plan, device), note=note,
+            modules=[n.module for n in plan.nodes if n.module is not None],  # kernels stay loaded
+        )  # fmt: skip
+        self.nodes = len(plan.nodes)
+        # TODO(launchpad): the finalizer, and so close(), synchronizes the whole device rather than the
+        # streams this sequence launched on (a launch's stream may be gone: a thread's own). An event
+        # recorded after each launch would let close() wait for this sequence's work alone.
+        st.finalizer = weakref.finalize(self, _drain, st.counters, device, graph, kept.ring)
+        st.index()  # what both replays read: the last word of every use, the ring's entries
         if function and kept.ring is not None:
             self._host_update_refused(function)
         use = _executor.launch_path()[0] == "compiled" if compiled is None else compiled
-        self._replay: Callable[..., Any] = _pyreplay.replay_for(self)
+        self._replay: Callable[..., Any] = _pyreplay.replay_for(st)
         if use:
-            self._replay = _creplay.compiled_replay(self, self._replay) or self._replay
+            self._replay = _creplay.compiled_replay(st, self._replay, self._get_stream) or self._replay
+
+    @property
+    def update_note(self) -> str:
+        """Why the graph's nodes are not updated from the device, where they are not ("" where they are)."""
+        return self._state.note
+
+    @property
+    def refused_device_updates(self) -> list[tuple[int, int]]:
+        """Nodes the driver would not update from the device (updated from the host): ``(node, cudaError_t)``."""
+        return self._state.refused
 
     def _host_update_refused(self, function: int) -> None:
         """Try every device-side update once before any replay (:func:`launchpad.sequences.updates.refused_nodes`):
         a node the driver refuses is updated from the host instead, so no replay depends on an update never tried."""
-        st = self._staged
-        devnodes = {t.devnode: t.index for t in self._targets.values() if t.kind == _updates.DEVICE}
-        entries = [(self._targets[st.uses[u].node].devnode, st.uses[u].offset, st.uses[u].size, st.words[u])
+        st = self._state
+        devnodes = {t.devnode: t.index for t in st.targets.values() if t.kind == _updates.DEVICE}
+        entries = [(st.targets[st.uses[u].node].devnode, st.uses[u].offset, st.uses[u].size, st.words[u])
                    for u in st.entries]  # fmt: skip
         refused = _updates.refused_nodes(function, entries, self.device, _checks.current_raw_stream(self.device))
         if not refused:
             return
+        # TODO(launchpad): every cuTile node lands here: the driver answers cudaErrorNotSupported (801) to a
+        # device-side update of any node of a tileiras-compiled function (docs/sequences.md), so it is updated
+        # from the host (cuGraphExecKernelNodeSetParams), a few microseconds of host time each replay.
         for devnode, error in refused.items():
             index = devnodes[devnode]
-            self._targets[index] = _updates.host_target(index, self._plan.nodes[index], self.device)
-            self.refused_device_updates.append((index, error))
-        self.refused_device_updates.sort()
-        self._staged = _pyreplay.replay_state(self)  # (the ring's entries again, without the refused nodes)
-
-    def _target(self, index: int, ring: Any) -> _updates.Target:
-        node = self._plan.nodes[index]
-        devnode = _driver.make_device_updatable(node.handle) if ring is not None and node.kind == "kernel" else None
-        if devnode:
-            return _updates.Target(_updates.DEVICE, index, node.describe(index), node.handle, devnode)
-        return _updates.host_target(index, node, self.device)
+            st.targets[index] = _updates.host_target(index, st.plan.nodes[index], self.device)
+            st.refused.append((index, error))
+        st.refused.sort()
+        st.index()  # (the ring's entries again, without the refused nodes)
 
     def __repr__(self) -> str:
-        copied = [p.name for p in self._plan.inputs.values() if p.copy]
+        copied = [p.name for p in self._state.plan.inputs.values() if p.copy]
         extra = f", copies {', '.join(copied)}" if copied else ""
         return f"<launchpad.Sequence of {self.nodes} nodes, inputs {', '.join(self.inputs)}{extra}>"
 
     def explain(self) -> str:
         """How each input and output is followed: the nodes re-pointed, the copies and why, and
         whether the graph's nodes are updated from the device or the host."""
-        return _explain(self)
+        return _explain(self._state, repr(self))
 
     @property
     def replay_path(self) -> str:
@@ -376,28 +382,26 @@ class Sequence:
         run for every replay launched, then raises where one failed: that replay's results and every
         later one's are wrong. Host-side updates raise in the replay itself.
         """
-        if self._closed:
+        st = self._state
+        if st.closed:
             raise LaunchpadError("this sequence is closed")
-        ring = self._staged.ring
+        ring = st.ring
         if ring is not None:
-            ring.wait(int(self._state[_pyreplay.LAUNCHES]) + ring.slots - 1)  # (the updater ran every launch so far)
+            ring.wait(int(st.counters[LAUNCHES]) + ring.slots - 1)  # (the updater ran every launch so far)
             if ring.failure is not None:
-                with self._lock:
-                    _pyreplay.refuse_broken(self, self._staged)
+                with st.lock:
+                    _pyreplay.refuse_broken(st)
 
     def close(self) -> None:
         """Release the graph, its memory pool, the ring and the tensors the sequence holds, after
         the device has finished its replays (a device-wide synchronization). Later replays raise.
         Idempotent; also what leaving a ``with`` block does, and what collection does."""
-        if self._closed:
+        st = self._state
+        if st.closed:
             return
-        with self._lock:
-            self._closed = True
+        with st.lock:
             self._replay = _refuse_closed
-            self._staged = None
-            self._targets, self._statics, self._holders, self._current = {}, {}, {}, []
-            self._graph = self._ring = None
-            self._finalizer()
+            st.release()
 
     def __enter__(self) -> Sequence:
         return self
@@ -405,10 +409,16 @@ class Sequence:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    _closed = False
-
     #: torch's current stream on a device, for the compiled replay (None: it asks DLPack itself).
     _get_stream: Any = None
+
+
+def _target(plan: Plan, index: int, ring: Any, device: int) -> _updates.Target:
+    node = plan.nodes[index]
+    devnode = _driver.make_device_updatable(node.handle) if ring is not None and node.kind == "kernel" else None
+    if devnode:
+        return _updates.Target(_updates.DEVICE, index, node.describe(index), node.handle, devnode)
+    return _updates.host_target(index, node, device)
 
 
 def _all_uses(plan: Plan) -> list[Use]:
@@ -419,18 +429,18 @@ def _refuse_closed(*args: Any, **kwargs: Any) -> Any:
     raise LaunchpadError("this sequence is closed: record the step again")
 
 
-def _drain(state: Any, device: int, graph: Any, ring: Any) -> None:
+def _drain(counters: Any, device: int, graph: Any, ring: Any) -> None:
     """Before the graph, its memory pool and the ring go: let the device finish the last launch (its
     updater reads the ring; its kernels use the pool, which the allocator may hand out again once the
     graph is gone). The device, not the launch's stream: that stream may be gone already (a thread's
     own). A failed device-side update no replay or :meth:`Sequence.check` reported warns."""
-    if state[0]:
+    if counters[LAUNCHES]:
         try:
             _driver.synchronize_device(device)
         except Exception:  # a finalizer raises nothing; a dead context has nothing left to run
             pass
     failure = ring.failure if ring is not None else None
-    if failure is not None and not state[1]:
+    if failure is not None and not counters[BROKEN]:
         warnings.warn(f"a launchpad sequence is released whose replay {failure[2] + 1} failed a device-side update "
                       f"(cudaError_t {failure[1]}): that replay's results and every later one's were wrong",
                       LaunchpadWarning, stacklevel=2)  # fmt: skip
