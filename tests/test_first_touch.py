@@ -261,7 +261,7 @@ def test_bench_without_a_gpu_prints_rows_only_for_what_it_measured():
         ": the launch, sweep, sequence, helion and compiled benchmarks did not run "
         "(they need a GPU and there is none here)"
     ), skipped
-    assert runner.listed(["launch", "sweep", "sequence"]) == "launch, sweep and sequence"
+    assert bench_report.listed(["launch", "sweep", "sequence"]) == "launch, sweep and sequence"
 
 
 def test_the_overview_lists_every_front_end_the_readme_lists():

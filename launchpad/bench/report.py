@@ -158,3 +158,46 @@ def write_png(path: Path, report: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     return path
+
+
+# --- what a run could not measure: one line, not a row each ------------------------------------
+
+
+def compile_skipped(results: dict[str, Any]) -> str:
+    """One line naming the compile and import measurements not made, each with why ("" if none)."""
+    missing = [
+        f"{r['label']} ({r.get('reason', r.get('status'))})" for r in results.values() if r.get("status") != "ok"
+    ]
+    return "not measured: " + "; ".join(missing) if missing else ""
+
+
+def listed(words: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def skipped_targets(
+    report: dict[str, Any], sections: Sequence[str], gpu_sections: Sequence[str]
+) -> tuple[list[dict[str, str]], str]:
+    """The targets to print, and one line for those left out: the ones that need a section this run
+    did not run (each says so in its detail), rather than a row of N/A per target."""
+    if "sections" not in report:  # (a report of an older layout: every target, as it was)
+        return list(report["targets"]), ""
+    not_run = [s for s in sections if s not in report["sections"]]
+    shown, skipped = [], []
+    for t in report["targets"]:
+        if t["status"] == "N/A" and "not run" in f"{t['measured']} {t['detail']}":
+            skipped.append(t)
+        else:
+            shown.append(t)
+    if not skipped:
+        return shown, ""
+    needed = [s for s in not_run if s in gpu_sections or s == "compile"] or not_run
+    gpu_only = [s for s in needed if s in gpu_sections]
+    why = (
+        "they need a GPU and there is none here"
+        if gpu_only and not report["versions"].get("gpu")
+        else ("not selected by --only")
+    )
+    return shown, (f"skipped {len(skipped)} target{'s' if len(skipped) > 1 else ''}: the {listed(needed)} "
+                   f"benchmark{'s' if len(needed) > 1 else ''} did not run ({why})")  # fmt: skip

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from . import harness
+from . import report as _report
 from .compiled import compiled_section, compiled_tables
 from .harness import add_ratios, measure, measure_e2e, record_e2e, record_samples, set_up
 from .helion import helion_section, helion_tables
@@ -250,44 +251,6 @@ def compile_table(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     return ["measurement", "median ms", "min ms", "n"], rows
 
 
-def compile_skipped(results: dict[str, Any]) -> str:
-    """One line naming the compile and import measurements not made, each with why ("" if none)."""
-    missing = [
-        f"{r['label']} ({r.get('reason', r.get('status'))})" for r in results.values() if r.get("status") != "ok"
-    ]
-    return "not measured: " + "; ".join(missing) if missing else ""
-
-
-def listed(words: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return " and ".join(words) if len(words) < 3 else ", ".join(words[:-1]) + " and " + words[-1]
-
-
-def skipped_targets(report: dict[str, Any]) -> tuple[list[dict[str, str]], str]:
-    """The targets to print, and one line for those left out: the ones that need a section this run
-    did not run (each says so in its detail), rather than a row of N/A per target."""
-    if "sections" not in report:  # (a report of an older layout: every target, as it was)
-        return list(report["targets"]), ""
-    not_run = [s for s in SECTIONS if s not in report["sections"]]
-    shown, skipped = [], []
-    for t in report["targets"]:
-        if t["status"] == "N/A" and "not run" in f"{t['measured']} {t['detail']}":
-            skipped.append(t)
-        else:
-            shown.append(t)
-    if not skipped:
-        return shown, ""
-    needed = [s for s in not_run if s in GPU_SECTIONS or s == "compile"] or not_run
-    gpu_only = [s for s in needed if s in GPU_SECTIONS]
-    why = (
-        "they need a GPU and there is none here"
-        if gpu_only and not report["versions"].get("gpu")
-        else ("not selected by --only")
-    )
-    return shown, (f"skipped {len(skipped)} target{'s' if len(skipped) > 1 else ''}: the {listed(needed)} "
-                   f"benchmark{'s' if len(needed) > 1 else ''} did not run ({why})")  # fmt: skip
-
-
 def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool) -> str:
     """Every table of a report, as text or as markdown."""
     v = report["versions"]
@@ -329,10 +292,10 @@ def render(report: dict[str, Any], table: Callable[..., str], *, markdown: bool)
         parts.append(compiled_tables(report["compiled"], table, head))
     comp = report.get("compile")
     if comp and "error" not in comp:
-        skipped = compile_skipped(comp)
+        skipped = _report.compile_skipped(comp)
         parts.append(f"{head}Compile, load and import times\n\n" + table(*compile_table(comp))
                      + (f"\n\n{skipped}" if skipped else ""))  # fmt: skip
-    shown, skipped = skipped_targets(report)
+    shown, skipped = _report.skipped_targets(report, SECTIONS, GPU_SECTIONS)
     parts.append(f"{head}Targets\n\n" + table(*targets_table(shown, wrap=not markdown), align="lll")
                  + (f"\n\n{skipped}" if skipped else ""))  # fmt: skip
     for name in ("compile", "launch", "sweep", "sequence", "helion", "compiled"):
@@ -381,7 +344,7 @@ def run(
     if wanted_gpu and not gpu:
         print(
             f"launchpad bench: no GPU here ({env['no_gpu_reason']}).\n"
-            f"The {listed(wanted_gpu)} benchmarks launch kernels and need a CUDA GPU; run this on a GPU "
+            f"The {_report.listed(wanted_gpu)} benchmarks launch kernels and need a CUDA GPU; run this on a GPU "
             "machine. `--only compile,import` runs the parts that need none.",
             file=sys.stderr,
         )
