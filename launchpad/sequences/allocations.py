@@ -41,6 +41,10 @@ class History:
         self._start = -1  # entries in the history when the capture began; -1: not ours to read
 
     def __enter__(self) -> History:
+        # TODO(launchpad): re-pointing an output relies on torch's allocator history, read through torch's
+        # private API (torch.cuda.memory._record_memory_history and _snapshot, torch._C._cuda_isHistoryEnabled),
+        # which may change in any release; where it cannot be read (the user records the history already, or a
+        # torch has none), every output is copied at the graph's end instead of re-pointed.
         enabled = getattr(torch._C, "_cuda_isHistoryEnabled", None)
         if enabled is None or enabled():  # the user's history: not ours to clear or switch off
             return self

@@ -2,41 +2,39 @@
 
 :func:`launchpad.record` captures the function with the real inputs (the base), once more with
 the same inputs (the control: only the graph's own memory moves), and once per input with that
-input alone probed (:mod:`launchpad.sequences.capture`). Every parameter of every node is compared
-across them, a parameter of 8 bytes or less whole, a larger one (a struct by value, such as
-torch's ``Array<char*, N>`` of pointers or a reduction's config) 8 bytes at a time:
+input alone probed (:mod:`launchpad.sequences.capture`). :func:`analyze` then goes in six steps.
 
-- a word that points into the graph's own memory is known by the allocation it points into (the
-  ``k``-th allocation of the capture, :mod:`launchpad.sequences.allocations`): where the base and
-  another capture point into the same allocation at the same offset, the word is that
-  allocation's, whatever its address;
-- any other byte that differs between the base and a control varies without the inputs
-  (uninitialized bytes in torch's functors and configs, which hold what the host left there: a
-  later control is captured after the probes, and one after each probe's host work): masked, in
-  that region only;
-- a byte that differs between the base and one input's probe, masked bytes aside, belongs to that
-  input, and must be explained: a tensor's pointer that moved by exactly the tensor's own move, at
-  an offset inside it (its end included); a scalar's encoding at a place inside the region that
-  holds every such byte (a launchpad kernel's type; for another kernel a width and format that fits
-  both captures, such as the float after the padding of torch's ``x * lr`` functor). Before such a
-  byte costs a copy or a refusal, the probe is captured once more (through new host objects): a
-  byte that differs between the two captures of the same values is masked too. For a tensor, one
-  more capture puts it at a third address: bytes that hold there what they held in the base or in
-  the probe are no injective function of the address, and a kernel sees an address through its
-  pointer (explained above) or an injective encoding of it (a TMA descriptor's), and otherwise only
-  through its alignment, which every probe keeps (as every replay must: see ``Use.align``). Such
-  bytes are the host's leftovers along the probe's path (the unused tail of torch's
-  ``TensorListMetadata`` holds a host stack address in the probe and zeros in the base, in some
-  recordings) and are masked. What stays unexplained is never dropped: a tensor is then copied
-  into a buffer of the sequence's own before each replay (all the tensors the bytes changed with),
-  a scalar refused.
+1. Every parameter of every node is compared across the captures: a parameter of 8 bytes or less
+   whole, a larger one (a struct by value, such as torch's ``Array<char*, N>`` of pointers or a
+   reduction's config) 8 bytes at a time.
+2. A word that points into the graph's own memory is known by the allocation it points into (the
+   ``k``-th allocation of the capture, :mod:`launchpad.sequences.allocations`). Where the base and
+   another capture point into the same allocation at the same offset, the word is that allocation's,
+   whatever its address.
+3. Any other byte that differs between the base and a control varies without the inputs: it is an
+   uninitialized byte of torch's functors and configs, which holds what the host left there. A later
+   control is captured after the probes, and one after each probe's host work. Such a byte is masked,
+   in that region only.
+4. A byte that differs between the base and one input's probe, masked bytes aside, belongs to that
+   input and must be explained: by a tensor's pointer that moved by exactly the tensor's own move, at
+   an offset inside it (its end included), or by a scalar's encoding at a place inside the region that
+   holds every such byte (a launchpad kernel's type; for another kernel a width and format that fits
+   both captures, such as the float after the padding of torch's ``x * lr`` functor).
+5. Before a byte that is not explained costs a copy or a refusal, the probe is captured once more,
+   through new host objects: a byte that differs between the two captures of the same values is
+   masked too. For a tensor, one more capture puts it at a third address. A byte that holds there what
+   it held in the base or in the probe is no injective function of the address; a kernel sees an
+   address only through its pointer (step 4), an injective encoding of it (a TMA descriptor's), or its
+   alignment, which every probe keeps (as every replay must: see ``Use.align``). So such a byte is
+   what the host left along the probe's path (the unused tail of torch's ``TensorListMetadata`` holds a
+   host stack address in the probe and zeros in the base, in some recordings), and it is masked.
+6. What stays unexplained is never dropped: the tensors the bytes changed with are copied into a
+   buffer of the sequence's own before each replay, and a scalar is refused.
 
 A Triton kernel specializes on an int's divisibility by 16: an int input that is a multiple of 16
 is captured once more with a value that is not (:func:`launchpad.sequences.capture.residue_probe`),
-and where that launches other kernels, every replay's value must be a multiple of 16 too.
-
-Outputs (what the function returns) are found in the capture that runs, by
-:mod:`launchpad.sequences.outputs`.
+and where that launches other kernels, every replay's value must be a multiple of 16 too. Outputs
+(what the function returns) are found in the capture that runs, by :mod:`launchpad.sequences.outputs`.
 """
 
 from __future__ import annotations

@@ -1,16 +1,20 @@
 """The capture a sequence keeps and replays, and the analysis of that capture itself.
 
-:func:`keep` captures the recorded function once more, as it will run: launchpad's updater node
-first where nodes are updated from the device, copy nodes in (and back) for the inputs no node
-can be re-pointed for, the function's own nodes, and copy nodes out for the outputs no
-re-pointing can follow. The outputs are followed in this capture (not carried over from another
-by node index): it is captured into the memory pool of a twin capture made before it with the
-same values (so that bytes which differ between the two vary alone), and beside a control in a
-pool of its own, and a third in another (:func:`launchpad.sequences.outputs.storages`); it is made last, so that what the
-function leaves behind (a parameter's ``.grad``) is the kept graph's memory, which replays write. An output found to need a copy
-is captured again with its copy node, and followed again, until nothing changes. Then every
-input's use is checked in it: each word the analysis found holds the input's address there, and
-no other word points into an input.
+:func:`keep` goes in four steps.
+
+1. It captures the recorded function once more, as it will run: launchpad's updater node first
+   where nodes are updated from the device, copy nodes in (and back) for the inputs no node can be
+   re-pointed for, the function's own nodes, and copy nodes out for the outputs no re-pointing can
+   follow.
+2. Four captures are made of that: a twin, a control and a third, each in a memory pool of its own,
+   and last the kept one, into the twin's pool (so that bytes which differ between the twin and the
+   kept one vary alone). The kept capture is made last, so that what the function leaves behind (a
+   parameter's ``.grad``) is the kept graph's memory, which replays write.
+3. The outputs are followed in the kept capture (:func:`launchpad.sequences.outputs.storages`), not
+   carried over from another capture by node index. Where an output is found to need a copy, the
+   captures are made again with its copy node and the outputs followed again, until nothing changes.
+4. Every input's use is checked in the kept capture: each word the analysis found holds the input's
+   address there, and no other word points into an input.
 """
 
 from __future__ import annotations

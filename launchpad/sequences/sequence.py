@@ -3,29 +3,34 @@
 (Over 400 lines, and whole: ``record`` and the ``Sequence`` it makes are one lifetime, the
 captures a recording takes and what the sequence then owns of them.)
 
-``seq = launchpad.record(fn, *args, **kwargs)`` runs ``fn`` once as it is (the warm-up: modules
-load, Triton compiles and tunes), then records it: every launch it makes on torch's current
-stream (launchpad's kernels, torch's operations, cuBLAS) becomes a node of one CUDA graph,
-captured through torch's own machinery so that what ``fn`` allocates lives in the graph's private
-memory pool. Each argument of ``fn`` is an input: ``seq(*args, **kwargs)`` takes the same
-arguments (any left out keep their last value), checks each new value as a launch would, points
-every node that reads it at the new value (:mod:`launchpad.sequences.analysis` finds them by
-comparing captures; :mod:`launchpad.sequences.updates` changes them), launches the graph on torch's
-current stream, and returns what ``fn`` returned, in new memory that no later replay overwrites.
+``seq = launchpad.record(fn, *args, **kwargs)`` goes in three steps:
 
-An input a node cannot be re-pointed for is copied into a buffer of the sequence's own by a copy
-node at the graph's start (and back at its end); an output likewise by a copy node at its end
-(:mod:`launchpad.sequences.kept` makes and follows the capture that runs).
-:meth:`Sequence.explain` says which and why. Replays of one sequence from several threads are
-serialized.
+1. It runs ``fn`` once as it is (the warm-up: modules load, Triton compiles and tunes).
+2. It records it: every launch ``fn`` makes on torch's current stream (launchpad's kernels, torch's
+   operations, cuBLAS) becomes a node of one CUDA graph, captured through torch's own machinery so
+   that what ``fn`` allocates lives in the graph's private memory pool. Captures compared byte by
+   byte find the nodes that read each input (:mod:`launchpad.sequences.analysis`) and where each
+   output lives (:mod:`launchpad.sequences.outputs`); one more capture is the one kept and replayed
+   (:mod:`launchpad.sequences.kept`).
+3. It makes the :class:`Sequence`, which holds what its replays read and write in one
+   :class:`~launchpad.sequences.state.SequenceState`.
 
-What a sequence owns, and for how long (all of it until it is collected, when the device is
-synchronized first if it ever launched): ``fn`` and what it binds; the graph, its executable and
-its private memory pool (where the intermediates live; the outputs are new memory each replay);
-the buffers of its copy nodes; the updater's ring; the tensors it currently points at (a tensor
-replaced by a replay is released then); the modules of its kernels. torch's generators are not
-the sequence's: each replay of a step that draws random numbers advances them, as torch's own
-graphs do.
+Each argument of ``fn`` is an input. A replay, ``seq(*args, **kwargs)``, takes the same arguments
+(any left out keep their last value), checks each new value as a launch would, points every node
+that reads it at the new value (:mod:`launchpad.sequences.updates` changes the nodes), launches the
+graph on torch's current stream, and returns what ``fn`` returned, in new memory that no later
+replay overwrites. An input a node cannot be re-pointed for is copied into a buffer of the
+sequence's own by a copy node at the graph's start (and back at its end); an output likewise by a
+copy node at its end. :meth:`Sequence.explain` says which and why. Replays of one sequence from
+several threads are serialized.
+
+What a sequence owns, and for how long: the graph, its executable and its private memory pool
+(where the intermediates live; the outputs are new memory each replay), the buffers of its copy
+nodes, the updater's ring and the tensors it currently points at (a tensor replaced by a replay is
+released then), until :meth:`Sequence.close` or until the sequence is collected, whichever comes
+first (the device is synchronized first if it ever launched); ``fn`` and what it binds, and the
+modules of its kernels, until it is collected. torch's generators are not the sequence's: each
+replay of a step that draws random numbers advances them, as torch's own graphs do.
 """
 
 from __future__ import annotations
@@ -312,9 +317,6 @@ class Sequence:
             modules=[n.module for n in plan.nodes if n.module is not None],  # kernels stay loaded
         )  # fmt: skip
         self.nodes = len(plan.nodes)
-        # TODO(launchpad): the finalizer, and so close(), synchronizes the whole device rather than the
-        # streams this sequence launched on (a launch's stream may be gone: a thread's own). An event
-        # recorded after each launch would let close() wait for this sequence's work alone.
         st.finalizer = weakref.finalize(self, _drain, st.counters, device, graph, kept.ring)
         st.index()  # what both replays read: the last word of every use, the ring's entries
         if function and kept.ring is not None:
@@ -435,6 +437,9 @@ def _drain(counters: Any, device: int, graph: Any, ring: Any) -> None:
     graph is gone). The device, not the launch's stream: that stream may be gone already (a thread's
     own). A failed device-side update no replay or :meth:`Sequence.check` reported warns."""
     if counters[LAUNCHES]:
+        # TODO(launchpad): this (close() and collection alike) synchronizes the whole device, so it also
+        # waits for work that is not this sequence's. Nothing records which streams the replays launched
+        # on, nor an event after each launch, which would let it wait for this sequence's launches alone.
         try:
             _driver.synchronize_device(device)
         except Exception:  # a finalizer raises nothing; a dead context has nothing left to run

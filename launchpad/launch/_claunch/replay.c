@@ -1,18 +1,27 @@
 /* The Replay type: a recorded sequence's replay (launchpad/sequences/pyreplay.py is its reference).
  *
- * The Python side found where each input and output goes (uses: a target node, an offset, a size,
- * a slot kind, and for a device target's use its entry in every ring slot) and made each target
- * once: a device node (its changes go into the ring slot the graph's updater node reads), a kernel
- * node's parameter block, or a copy node's parameter struct. A replay checks every new value first
- * (a tensor's device, dtype, shape, strides and alignment, read through DLPack; a scalar packed as
- * a launch packs it), refuses a stream that is capturing, gives each output new memory (the
- * sequence's allocators), and only then, under the sequence's lock, writes the full ring slot (the
- * new words, and the last staged word of every other use: ReplayState.words, shared with Python)
- * and the host targets, hands those to the driver, launches the graph on torch's current stream
- * (the GIL released around the driver calls; or torch's graph replay where the step draws random
- * numbers), records the new values in the sequence's one list of current values and takes them for
- * the result. A failed driver call restores every host target first. Anything it does not take, or
- * any refusal, goes to the Python replay, which words the error.
+ * The Python side found where each input and output goes and made each target once
+ * (launchpad/sequences/state.py's SequenceState, whose tables creplay.py hands over). A use is a
+ * target node, an offset, a size, a slot kind, and for a device target's use its entry in every ring
+ * slot. A target is a device node (its changes go into the ring slot the graph's updater node reads),
+ * a kernel node's parameter block, or a copy node's parameter struct. A replay goes in five steps:
+ *
+ * 1. It binds the arguments to the inputs and checks every new value: a tensor's device, dtype, shape,
+ *    strides and alignment, read through DLPack; a scalar, packed as a launch packs it. It checks that
+ *    every tensor input left out still holds the memory the graph reads.
+ * 2. It checks that the current device is the sequence's and that torch's current stream is not
+ *    capturing, and gives each output new memory (the sequence's allocators).
+ * 3. Under the sequence's lock, it writes the full ring slot (the new words, and the last staged word
+ *    of every other use: SequenceState.words, shared with Python) and the host targets, and hands those
+ *    to the driver. It launches the graph on torch's current stream, with the GIL released around the
+ *    driver calls (or through torch's graph replay, where the step draws random numbers). A failed
+ *    driver call restores every host target first.
+ * 4. Still under the lock, it records the new values in the sequence's one list of current values
+ *    (SequenceState.current) and takes them for the result.
+ * 5. After the lock is released, it builds the result.
+ *
+ * Anything it does not take, and every refusal, goes to the Python replay, which redoes the call and
+ * words the error.
  */
 #include "replay.h"
 
@@ -53,6 +62,8 @@ static void cut(const Replay *self, char *block, Call *c) {
 /* A word of the ring, which the device writes. */
 static uint64_t ring_word(const Replay *self, int i) { return ((volatile const uint64_t *)self->ring)[i]; }
 
+/* TODO(launchpad): a fallback is not counted nor shown anywhere (issue 38, item 3): a sequence that
+ * always falls back to the Python replay still says replay_path == "compiled". */
 static PyObject *fallback(Replay *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyErr_Clear();
     return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);

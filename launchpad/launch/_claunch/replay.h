@@ -20,7 +20,7 @@ typedef CUresult (*GraphLaunchFn)(void *exec, void *stream);
 typedef CUresult (*IsCapturingFn)(void *stream, int *status);  /* cuStreamIsCapturing; 0: not capturing */
 
 enum { T_DEVICE, T_KERNEL, T_MEMCPY, T_MEMSET };  /* as launchpad/sequences/updates.py numbers them */
-enum { S_LAUNCHES, S_BROKEN };                     /* the words of Sequence._state */
+enum { S_LAUNCHES, S_BROKEN };                     /* the words of SequenceState.counters (state.py) */
 enum { R_CONSUMED, R_FAILURE, R_FAILED_LAUNCH, R_HEADER };  /* the ring's header words (updates.py) */
 
 /* Per-call memory on the C stack up to this many bytes (the common small sequence); beyond, one
@@ -79,8 +79,8 @@ typedef struct {
     SetCopyFn set_memcpy, set_memset;
     IsCapturingFn is_capturing;
     CtxGetDeviceFn ctx_get_device;
-    uint64_t *state;        /* Sequence._state */
-    uint64_t *staged;       /* ReplayState.words: the last word staged for each use, shared with Python */
+    uint64_t *state;        /* SequenceState.counters */
+    uint64_t *staged;       /* SequenceState.words: the last word staged for each use, shared with Python */
     uint64_t *ring;         /* [consumed, failure, failed launch, (head, capacity entries) x slots], or NULL: none */
     uint64_t slots, capacity;
     size_t block_size;      /* one call's memory (see replay.c's Call) */
