@@ -92,6 +92,11 @@ class Capture:
     result: Any
     allocations: Blocks | None = None
 
+    def release(self) -> None:
+        """Drop the graph once the capture has been read (its nodes and allocation facts stay, which
+        the analysis compares): its memory pool goes back to torch once no tensor of it is held."""
+        self.graph = None
+
 
 def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int] = frozenset(), pool: Any = None,
             relaxed: bool = False, generators: Iterable[Any] = ()) -> Capture:  # fmt: skip

@@ -132,7 +132,7 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
     for name, value in values.items():
         probed[name] = probe(value)
         probes[name] = take(fn, {**values, name: probed[name]})
-        probes[name].graph = None  # its memory goes back: only base and control must stay apart
+        probes[name].release()  # its memory goes back: only base and control must stay apart
         far = far_probe(value)
         if far is not None:
             try:
@@ -140,7 +140,7 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
             except LaunchpadError:  # a value its kernels refuse (out of a parameter's range): no test there
                 pass
             else:
-                fars[name][1].graph = None
+                fars[name][1].release()
                 same_structure(name, base.nodes, fars[name][1].nodes)
         if _specialized(take, fn, values, name, base):
             multiples[name] = 16
@@ -153,7 +153,7 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
         lates.append(take(fn, values))
         del decoy
     for late in lates:
-        late.graph = None
+        late.release()
     seconds: dict[tuple[str, bool], Any] = {}
     thirds: dict[str, int] = {}  # the address of each input's third place (capture_again(name, elsewhere=True))
     recorded = base.nodes
@@ -162,7 +162,7 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
         if (name, elsewhere) not in seconds:  # (through new host objects: see rewrapped)
             value = probe(values[name]) if elsewhere else probed[name]  # (a third address: the probe is held)
             again = take(fn, {n: rewrapped(v) for n, v in {**values, name: value}.items()})
-            again.graph = None
+            again.release()
             same_structure(name, recorded, again.nodes)
             seconds[name, elsewhere] = again
             if elsewhere:
