@@ -20,6 +20,7 @@ from fake_graphs import run_threads
 import launchpad as lp
 from launchpad.sequences import pyreplay as _pyreplay
 from launchpad.sequences.capture import far_probe, probe
+from launchpad.sequences.state import LAUNCHES
 
 SOURCE = r"""
 extern "C" __global__ void axpy(float a, const float* x, float* y, int n) {
@@ -282,3 +283,31 @@ def test_a_dropped_sequence_waits_for_its_device_not_a_stream_that_may_be_gone(m
     del seq
     gc.collect()
     assert waits == [-1]
+
+
+def test_close_releases_what_the_sequence_owns_through_its_one_state(module, graphs, monkeypatch):
+    """Both replays are given the sequence's one ``SequenceState`` (the compiled one the very objects
+    the Python one uses); leaving a ``with`` block closes the sequence, which releases through it, once."""
+    from launchpad.core import driver as _driver
+
+    axpy = graphs.fake.install(module["axpy"])
+    gc.collect()  # (an earlier test's sequence, held by a cycle, is not this one)
+    waits = []
+    monkeypatch.setattr(_driver, "synchronize_device", waits.append)
+    x = f32(32)
+    with graphs.record(lambda x, y: axpy[1, 32](1.0, x, y, 32), x, f32(32)) as seq:
+        st = seq._state
+        assert st.names == seq.inputs and st.current[0] is x and st.counters[LAUNCHES] == 0
+        x2 = f32(32)
+        seq(x2)
+        assert st.current[0] is x2 and st.counters[LAUNCHES] == 1  # written by the replay, of either kind
+        held = weakref.ref(x2)
+        del x2
+        assert not waits
+    assert waits == [-1] and st.closed and seq._state is st
+    assert st.graph is None and st.ring is None and st.targets == {} and st.current == [] and held() is None
+    seq.close()  # (idempotent)
+    assert waits == [-1]
+    for call in (lambda: seq(f32(32)), seq.check):
+        with pytest.raises(lp.LaunchpadError, match=r"^this sequence is closed"):
+            call()
