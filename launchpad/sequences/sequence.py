@@ -36,6 +36,7 @@ replay of a step that draws random numbers advances them, as torch's own graphs 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import inspect
 import traceback
@@ -431,7 +432,7 @@ def _refuse_closed(*args: Any, **kwargs: Any) -> Any:
     raise LaunchpadError("this sequence is closed: record the step again")
 
 
-def _drain(counters: Any, device: int, graph: Any, ring: Any) -> None:
+def _drain(counters: ctypes.Array[ctypes.c_uint64], device: int, graph: Any, ring: _updates.Ring | None) -> None:
     """Before the graph, its memory pool and the ring go: let the device finish the last launch (its
     updater reads the ring; its kernels use the pool, which the allocator may hand out again once the
     graph is gone). The device, not the launch's stream: that stream may be gone already (a thread's
