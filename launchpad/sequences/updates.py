@@ -1,18 +1,23 @@
 """How a replay changes the nodes of an instantiated graph: from the device, or from the host.
 
-**From the device** (where it can): the kept graph starts with launchpad's updater node, and every
-kernel node a replay changes is made device-updatable before instantiation. Every slot of a ring
-in pinned host memory holds one ``(device node, offset | size << 32, value)`` entry per word the
-host ever changes in those nodes (the nodes and places written once, when the sequence is built);
-a replay writes every entry's value into the slot of its launch (the full state: what this replay
-changes, and the last value of everything else, so that nothing that resets the device-side
-changes, such as a host-side update of another node, can bring a recorded value back) and
-launches the graph; the updater node reads the slot of its launch and applies it with
-``cudaGraphKernelNodeSetParam`` before any other node starts. The host
-makes no driver call besides ``cuGraphLaunch``, and the GPU pays one small kernel instead of the
-re-upload of every node changed from the host (measured on an H100 in
-an experiment (``benchmarks/experiments/graph_updates.py`` at f9f7baf, since removed): a 20-node step with new tensors, 27.9 against
-32.0 us per step).
+**From the device** (where it can), in four steps:
+
+1. The kept graph starts with launchpad's updater node, and every kernel node a replay changes is
+   made device-updatable before instantiation.
+2. Every slot of a ring in pinned host memory holds one ``(device node, offset | size << 32,
+   value)`` entry per word the host ever changes in those nodes. The nodes and places are written
+   once, when the sequence is built.
+3. A replay writes every entry's value into the slot of its launch, and launches the graph. It
+   writes the full state: what this replay changes, and the last value of everything else, so that
+   nothing that resets the device-side changes (such as a host-side update of another node) can
+   bring a recorded value back.
+4. The updater node reads the slot of its launch and applies it with
+   ``cudaGraphKernelNodeSetParam`` before any other node starts.
+
+The host makes no driver call besides ``cuGraphLaunch``, and the GPU pays one small kernel instead
+of the re-upload of every node changed from the host. An experiment measured it on an H100
+(``benchmarks/experiments/graph_updates.py`` at f9f7baf, since removed): a 20-node step with new
+tensors took 27.9 against 32.0 us per step.
 
 The ring's header is three words:
 
