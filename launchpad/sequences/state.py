@@ -41,9 +41,10 @@ def _counters() -> ctypes.Array[ctypes.c_uint64]:
 
 @dataclass(eq=False)
 class SequenceState:
-    """Everything a :class:`~launchpad.sequences.sequence.Sequence` owns that a replay reads or
-    writes (see the module documentation). The first group is fixed by the recording, the second
-    is owned until :meth:`release`, the third is derived by :meth:`index`."""
+    """Everything a :class:`~launchpad.sequences.sequence.Sequence` owns, and all that its replays
+    read and write (see the module documentation). The first group is fixed by the recording, the
+    second is owned until :meth:`release` (the modules until the sequence is collected), the third
+    is derived by :meth:`index`."""
 
     # --- what the sequence was recorded with ---------------------------------------------------
     names: tuple[str, ...]  # the inputs, in fn's order
@@ -51,6 +52,7 @@ class SequenceState:
     plan: Plan
     positional: int  # how many leading parameters of fn are inputs (positional argument i is input i)
     parameters: tuple[str, ...]  # fn's parameters, in order
+    positions: dict[str, int] = field(init=False)  # per input name: its position
     #: The graph draws from torch's generators: a replay launches through torch's CUDAGraph.replay(),
     #: which writes each generator's seed and offset before the launch and advances the offset.
     rng: bool
@@ -63,7 +65,7 @@ class SequenceState:
     holders: dict[int, torch.Tensor]  # copied outputs: where the copy node writes
     current: list[Any]  # per input: the value the graph reads now (the one record of it; C writes it too)
     allocators: list[Callable[[], torch.Tensor]]  # per output storage: new memory for a replay
-    modules: list[Any]  # the modules of its kernels (kept loaded)
+    modules: list[Any]  # the modules of its kernels: kept loaded until the sequence is collected
     note: str = ""  # why nodes are not updated from the device, where they are not
     counters: ctypes.Array[ctypes.c_uint64] = field(default_factory=_counters)  # LAUNCHES, BROKEN
     lock: threading.Lock = field(default_factory=threading.Lock)  # replays (both kinds) and close()
@@ -71,7 +73,6 @@ class SequenceState:
     refused: list[tuple[int, int]] = field(default_factory=list)
     finalizer: weakref.finalize | None = None  # drains the device and resets the graph (see sequence.py)
     closed: bool = False
-    positions: dict[str, int] = field(init=False)  # per input name: its position
     # --- derived by index(): every use (each input's, in input order, then each output storage's) -
     words: ctypes.Array[ctypes.c_uint64] = field(init=False)  # per use: the last word staged (one at least)
     uses: list[Use] = field(init=False)  # every use, by index
