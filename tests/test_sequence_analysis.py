@@ -7,6 +7,7 @@ the driver shows torch's: it fails on the analysis that matched numbers instead 
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import pytest
@@ -280,3 +281,45 @@ def test_a_host_leftover_a_third_capture_gives_back_hides_no_output(module, grap
     assert "written there by 2 re-pointed place(s)" in seq.explain(), seq.explain()
     got = seq(f32(value=3.0))
     assert graphs.reads(seq, seq.nodes - 1)[:8] == struct.pack("<Q", got.data_ptr())
+
+
+def test_a_step_whose_compile_waits_for_the_host_is_warmed_up_again_unchecked(module, graphs, monkeypatch):
+    """torch.compile's Inductor synchronizes while it compiles (constant folding): under the warm-up's
+    sync check the compile fails (``BackendCompilerFailed``) before the step did anything, so the step
+    runs again with the check off and records; a step that waits for the host itself is refused."""
+    from launchpad.sequences import sequence as _sequence
+
+    scale = graphs.fake.install(module["scale"])
+    checked = []
+
+    @contextlib.contextmanager
+    def host_sync_check():
+        checked.append(True)
+        yield
+
+    monkeypatch.setattr(_sequence, "_no_host_sync", host_sync_check)
+
+    class BackendCompilerFailed(RuntimeError):  # (torch._dynamo.exc's, as the warm-up sees it)
+        pass
+
+    runs = []
+
+    def step(x):
+        runs.append(len(checked))
+        if len(runs) == 1:
+            raise BackendCompilerFailed(
+                "backend='inductor' raised:\nRuntimeError: called a synchronizing CUDA operation"
+            )
+        out = graphs.pool(torch.empty(N))
+        scale[1, N](out, x, 2.0, N)
+        return out
+
+    seq = graphs.record(step, f32())
+    assert runs[:2] == [1, 1]  # the second run went without the check
+    seq(f32())
+
+    def waits(x):
+        raise RuntimeError("called a synchronizing CUDA operation")
+
+    with pytest.raises(lp.RecordError, match=r"^the function waits for the host"):
+        graphs.record(waits, f32())

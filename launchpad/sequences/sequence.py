@@ -208,18 +208,22 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, 
 
 def _warm_up(fn: Callable[..., Any], values: dict[str, Any], device: int) -> bool:
     """Run ``fn`` once as it is, with torch's sync debug mode at "error": a step that waits for the
-    host is refused here, before any capture could fail on it. Whether it drew random numbers."""
-    before = _random_offset(device)
+    host is refused here, before any capture could fail on it. A step that compiles on first use
+    (``torch.compile``: Inductor waits for the host while it compiles) runs again unchecked once
+    its compile failed so; Triton's autotuning (it times on the host) is done by the first attempt.
+    Whether it drew random numbers."""
+    before, compiling = _random_offset(device), False
     for attempt in range(2):
         try:
-            with _no_host_sync():
+            with _no_host_sync() if attempt == 0 or not compiling else contextlib.nullcontext():
                 fn(**values)
             break
         except RuntimeError as exc:
             if "synchroniz" not in str(exc):
                 raise
-            if attempt == 0 and _in_triton(exc):  # Triton tunes on first use (it times on the host): tuned now
-                continue
+            compiling = type(exc).__name__ == "BackendCompilerFailed"  # (torch.compile's backend: it compiles again)
+            if attempt == 0 and (compiling or _in_triton(exc)):  # Triton tunes on first use, torch.compile compiles
+                continue  # (both wait for the host): again, the compile unchecked (Triton's tuning is done)
             raise RecordError(
                 f"the function waits for the host ({failure(exc)}): a CUDA graph cannot capture that. Keep "
                 "host reads (.item(), .cpu(), printing a tensor, a branch on a tensor's value, GradScaler's "
