@@ -10,8 +10,8 @@ import os
 
 from setuptools import Extension, setup
 
-SOURCES = ["module.c", "plan.c", "launcher.c", "configured.c", "tensors.c", "values.c", "tile.c", "bound.c",
-           "dispatch.c", "replay.c", "replay_new.c"]
+SOURCES = ["module.c", "launcher_build.c", "launcher.c", "configured.c", "tensors.c", "values.c", "tile.c", "bound.c",
+           "dispatch.c", "replay.c", "replay_build.c"]
 
 claunch = Extension(
     "launchpad.launch._claunch",

@@ -258,7 +258,7 @@ int lp_small_int(PyObject *obj, long lo, long hi, long *out);
  * LP_FALLBACK; never raises. */
 int lp_current_stream(PyObject *get_stream, const DLPackExchangeAPI *api, int device, void **out);
 /* launcher.c: launch with grid, block and args already split out; a new reference or NULL. */
-/* plan.c: building a Launcher from its plan, and its lifetime */
+/* launcher_build.c: building a Launcher from its plan, and its lifetime */
 PyObject *lp_launcher_new(PyTypeObject *type, PyObject *args, PyObject *kwargs);
 int lp_launcher_traverse(Launcher *self, visitproc visit, void *arg);
 int lp_launcher_clear(Launcher *self);

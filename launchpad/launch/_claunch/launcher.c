@@ -3,7 +3,7 @@
  * ``launcher(grid, block, *args, stream=None, shared_mem=None)`` launches, or hands the call to
  * the Python executor. ``launcher.configure(grid, block, stream, shared_mem)`` returns the
  * ``kernel[grid, block]`` callable (a Configured, configured.c) that does the same without
- * re-reading its configuration. How a Launcher is built from its plan: plan.c.
+ * re-reading its configuration. How a Launcher is built from its plan: launcher_build.c.
  */
 #include "claunch.h"
 

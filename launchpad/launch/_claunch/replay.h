@@ -1,4 +1,4 @@
-/* The Replay type's layout, shared by replay.c (a replay) and replay_new.c (its construction). */
+/* The Replay type's layout, shared by replay.c (a replay) and replay_build.c (its construction from its tables). */
 #ifndef LAUNCHPAD_REPLAY_H
 #define LAUNCHPAD_REPLAY_H
 
