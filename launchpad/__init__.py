@@ -38,13 +38,13 @@ if _typing.TYPE_CHECKING:
     from .core.spec import Arg as Arg
     from .core.spec import KernelSpec, ModuleCallbacks
     from .core.spec import LaunchPlan as LaunchPlan
-    from .frontends.cpp.compiler import compile_cuda, compile_cuda_module, compile_cuda_object, link
+    from .frontends.cpp.frontend import compile_cuda, compile_cuda_module, compile_cuda_object, link
     from .frontends.cute.frontend import from_cute
     from .frontends.cutile.frontend import from_cutile
-    from .frontends.helion.kernel import HelionKernel
+    from .frontends.helion.frontend import HelionKernel
     from .frontends.numba.frontend import from_numba
     from .frontends.triton.cache_folder import load_triton
-    from .frontends.triton.in_process import from_triton
+    from .frontends.triton.frontend import from_triton
     from .frontends.triton.launcher import TritonLauncher, triton_launcher
     from .frontends.warp.frontend import from_warp
     from .frontends.warp.kernel import WarpKernel
@@ -63,16 +63,16 @@ _LAZY: dict[str, str] = {
     "KernelSpec": "launchpad.core.spec",
     "LaunchPlan": "launchpad.core.spec",
     "ModuleCallbacks": "launchpad.core.spec",
-    "compile_cuda": "launchpad.frontends.cpp.compiler",
-    "compile_cuda_module": "launchpad.frontends.cpp.compiler",
-    "compile_cuda_object": "launchpad.frontends.cpp.compiler",
-    "link": "launchpad.frontends.cpp.compiler",
+    "compile_cuda": "launchpad.frontends.cpp.frontend",
+    "compile_cuda_module": "launchpad.frontends.cpp.frontend",
+    "compile_cuda_object": "launchpad.frontends.cpp.frontend",
+    "link": "launchpad.frontends.cpp.frontend",
     "from_cute": "launchpad.frontends.cute.frontend",
     "from_cutile": "launchpad.frontends.cutile.frontend",
-    "HelionKernel": "launchpad.frontends.helion.kernel",
+    "HelionKernel": "launchpad.frontends.helion.frontend",
     "from_numba": "launchpad.frontends.numba.frontend",
     "load_triton": "launchpad.frontends.triton.cache_folder",
-    "from_triton": "launchpad.frontends.triton.in_process",
+    "from_triton": "launchpad.frontends.triton.frontend",
     "TritonLauncher": "launchpad.frontends.triton.launcher",
     "triton_launcher": "launchpad.frontends.triton.launcher",
     "from_warp": "launchpad.frontends.warp.frontend",
@@ -165,13 +165,13 @@ def __dir__() -> list[str]:
 
 def helion_kernel(kernel: object) -> "HelionKernel":
     """A ``@helion.kernel`` whose launches go through launchpad: ``helion_kernel(k)(*args)`` returns
-    what ``k(*args)`` returns (see :mod:`launchpad.frontends.helion.kernel`).
+    what ``k(*args)`` returns (see :mod:`launchpad.frontends.helion.frontend`).
 
     The Helion front end launches through :func:`triton_launcher`, given here (front ends do not
     import one another). Raises :class:`UnsupportedVersion` for a Helion release launchpad does not
     follow, :class:`ArgumentError` for what is not a Helion kernel.
     """
-    from .frontends.helion.kernel import HelionKernel
+    from .frontends.helion.frontend import HelionKernel
     from .frontends.triton.launcher import triton_launcher
 
     return HelionKernel(kernel, triton_launcher)

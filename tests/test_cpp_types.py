@@ -14,7 +14,7 @@ import torch
 
 import launchpad as lp
 from launchpad.core import toolchain
-from launchpad.frontends.cpp import compiler as _cpp
+from launchpad.frontends.cpp import frontend as _cpp
 from launchpad.frontends.cpp.demangle import CType, kernel_parameter_types, probe_expression, type_word
 
 SOURCE = r"""

@@ -149,7 +149,7 @@ def _compiled(fn, args):
     """The CompiledKernel Triton's own JIT makes for these arguments (its binder, its source class)."""
     import triton as t
 
-    from launchpad.frontends.triton.in_process import _run_options, source_class
+    from launchpad.frontends.triton.frontend import _run_options, source_class
 
     _, backend, bind = lpt.TritonLauncher(fn, target=SM90)._setup()
     kwargs = _run_options(fn, {}, backend)

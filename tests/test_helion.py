@@ -18,7 +18,7 @@ import torch
 import launchpad
 from launchpad.frontends.helion import keys as hkeys
 from launchpad.frontends.helion import versions as hv
-from launchpad.frontends.helion.kernel import HelionKernel
+from launchpad.frontends.helion.frontend import HelionKernel
 from launchpad.frontends.helion.launch import Launcher, refusals
 from launchpad.frontends.triton import launcher as lpt
 

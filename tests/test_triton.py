@@ -20,7 +20,7 @@ import launchpad
 from launchpad.core import driver as _driver
 from launchpad.core.binary import kernels_in_image
 from launchpad.frontends.triton import cache_folder as _triton_cache
-from launchpad.frontends.triton import in_process as lpt
+from launchpad.frontends.triton import frontend as lpt
 from launchpad.frontends.triton import spec as _triton_spec
 from launchpad.frontends.triton import tensordesc as _tensordesc
 from launchpad.launch.checks import same_value

@@ -77,7 +77,7 @@ def read_image(data_or_path: bytes | bytearray | memoryview | str | Path) -> tup
     raise BinaryError(f"not a cubin, fatbin or PTX image ({len(data)} bytes starting {data[:8]!r})")
 
 
-#: The empty kernels through which :mod:`launchpad.frontends.cpp.compiler` learns parameter types: launchpad's own,
+#: The empty kernels through which :mod:`launchpad.frontends.cpp.frontend` learns parameter types: launchpad's own,
 #: never a user's, so never listed.
 TYPE_PROBE = "__launchpad_probe"
 

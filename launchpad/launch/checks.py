@@ -23,7 +23,7 @@ from ..core import driver as _driver
 from ..core.params import Param
 from ..core.spec import Arg
 from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
-from .wording import describe, host_array
+from .describe import describe, host_array
 
 __all__ = [
     "CONVERTERS",

@@ -32,7 +32,7 @@ from . import checks as _checks
 from . import hooks as _hooks
 from . import memory as _memory
 from . import pylaunch as _pylaunch
-from .diagnose import Fail
+from .refusals import Fail
 
 __all__ = ["NOT_BUILT", "Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_ops", "slot_kind"]
 

@@ -25,7 +25,7 @@ from ..core.spec import Arg, KernelSpec
 from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
 from . import checks as _checks
 from .checks import CONVERTERS, Context
-from .diagnose import MISSING, Fail
+from .refusals import MISSING, Fail
 
 __all__ = ["refuse"]
 

@@ -46,7 +46,7 @@ from . import checks as _checks
 from . import memory as _memory
 from . import offline as _offline
 from .checks import CONVERTERS, MAX_GRID, Context
-from .diagnose import MISSING, Fail
+from .refusals import MISSING, Fail
 
 __all__ = ["LAUNCH_OPTIONS", "MISSING", "PythonLaunch", "build"]
 

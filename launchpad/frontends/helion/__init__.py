@@ -1,6 +1,6 @@
 """Helion: kernels written with ``@helion.kernel``, launched through launchpad.
 
-:mod:`.kernel` (:class:`HelionKernel`, what ``launchpad.helion_kernel`` returns: Helion's
+:mod:`.frontend` (:class:`HelionKernel`, what ``launchpad.helion_kernel`` returns: Helion's
 compiled host function per specialization, called with a launchpad launcher), :mod:`.keys` (the
 specialization key, Helion's own computed cheaply), :mod:`.launch` (the ``_launcher`` handed to
 Helion's host functions, and what it refuses) and :mod:`.versions` (the Helion releases whose

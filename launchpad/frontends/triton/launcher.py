@@ -3,7 +3,7 @@
 Per call, a dispatcher binds the arguments to the JIT function's parameters, computes Triton's
 specialization key (tensor dtype and 16-byte alignment, int width, ``== 1`` and divisibility by
 16, constexpr values), finds the :class:`~launchpad.Kernel` built for it and launches it; it
-compiles through Triton only for a new key (see :mod:`launchpad.frontends.triton.in_process` for how a compiled
+compiles through Triton only for a new key (see :mod:`launchpad.frontends.triton.frontend` for how a compiled
 kernel becomes a Kernel). Where the compiled module is built, that dispatcher is C
 (``_claunch.Dispatcher``) and the kernel launches without a Python frame; the Python dispatcher
 here takes every call it hands back (tuples, descriptors, compile options, new keys) and is the
@@ -25,7 +25,7 @@ from ...kernel import Kernel
 from ...launch import executor as _executor
 from ...launch.traced import dynamo_compiling
 from .autotune import wrap
-from .in_process import _from_compiled, _run_options, _target, source_class, with_source
+from .frontend import _from_compiled, _run_options, _target, source_class, with_source
 from .versions import check_installed
 
 __all__ = ["TritonLauncher", "triton_launcher"]

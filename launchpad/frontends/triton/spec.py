@@ -1,5 +1,5 @@
 """The common description of a Triton kernel: its Python signature's leaves and its metadata made
-into one :class:`~launchpad.KernelSpec`, whichever way the kernel came in (:mod:`launchpad.frontends.triton.in_process`
+into one :class:`~launchpad.KernelSpec`, whichever way the kernel came in (:mod:`launchpad.frontends.triton.frontend`
 in process, :mod:`launchpad.frontends.triton.cache_folder` from a cache folder).
 
 The parameter list always comes from the cubin (``.nv.info``) and takes its types from Triton's

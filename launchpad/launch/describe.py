@@ -1,7 +1,7 @@
 """How refusals show the values they name: short, on one line, an array by its shape and dtype.
 
 :func:`describe` is what every message of :mod:`launchpad.launch.checks`,
-:mod:`launchpad.launch.diagnose` and the front ends' converters says it got (re-exported by
+:mod:`launchpad.launch.refusals` and the front ends' converters says it got (re-exported by
 :mod:`~launchpad.launch.checks`, where they import it from); :func:`host_array` is the refusal
 of a numpy array where a device pointer goes, with the call that makes a tensor of it.
 """

@@ -1,4 +1,4 @@
-"""Diagnoses of refused launches, off the hot path: the generated launch functions call these when a
+"""The words of every refused launch, off the hot path: the generated launch functions call these when a
 cheap check fails, and each raises the :class:`~launchpad.ArgumentError` (or
 :class:`~launchpad.ArgumentTypeError`) that names the kernel, the argument and what was wrong."""
 
