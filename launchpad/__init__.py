@@ -34,10 +34,8 @@ from .errors import (
 
 if _typing.TYPE_CHECKING:
     from .core.cache import cache_dir
-    from .core.params import Param as Param  # the parts of a KernelSpec, kept importable from here
-    from .core.spec import Arg as Arg
-    from .core.spec import KernelSpec, ModuleCallbacks
-    from .core.spec import LaunchPlan as LaunchPlan
+    from .core.params import Param
+    from .core.spec import Arg, KernelSpec, LaunchPlan, ModuleCallbacks
     from .frontends.cpp.frontend import compile_cuda, compile_cuda_module, compile_cuda_object, link
     from .frontends.cute.frontend import from_cute
     from .frontends.cutile.frontend import from_cutile
@@ -100,9 +98,10 @@ _REGISTRIES = (
     "launchpad.frontends.warp.kernel",
 )
 
-# Param, Arg and LaunchPlan (the parts of a KernelSpec) stay importable from here; the names
-# below are what a user calls or catches.
+# What a user calls, catches or builds a KernelSpec from (Arg, LaunchPlan, Param): the stable names.
+# Every module path below launchpad is internal and moves as the code does (docs/api.md).
 __all__ = [
+    "Arg",
     "ArgumentError",
     "ArgumentTypeError",
     "BinaryError",
@@ -112,12 +111,14 @@ __all__ = [
     "HelionKernel",
     "Kernel",
     "KernelSpec",
+    "LaunchPlan",
     "LaunchpadError",
     "LaunchpadWarning",
     "MissingFileError",
     "ModuleCallbacks",
     "NoDeviceError",
     "OutOfResources",
+    "Param",
     "RecordError",
     "Sequence",
     "TritonLauncher",

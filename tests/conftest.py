@@ -79,7 +79,7 @@ def private_triton_cache(tmp_path_factory):
         yield
 
 
-def executor_available(name: str) -> str:
+def why_executor_unavailable(name: str) -> str:
     """Why an executor cannot run here ("" when it can)."""
     if name == "compiled":
         path, why = _executor.launch_path()
@@ -228,7 +228,7 @@ class FakeGPU:
 
 @pytest.fixture(params=EXECUTORS)
 def fake_gpu(request, monkeypatch) -> FakeGPU:
-    why = executor_available(request.param)
+    why = why_executor_unavailable(request.param)
     if why:
         pytest.skip(why)
     return FakeGPU(monkeypatch, request.param)
@@ -237,7 +237,7 @@ def fake_gpu(request, monkeypatch) -> FakeGPU:
 @pytest.fixture(params=EXECUTORS)
 def executor(request) -> str:
     """Each executor by name (for tests that build kernels themselves)."""
-    why = executor_available(request.param)
+    why = why_executor_unavailable(request.param)
     if why:
         pytest.skip(why)
     return request.param

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import EXECUTORS, FakeGPU, executor_available
+from conftest import EXECUTORS, FakeGPU, why_executor_unavailable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -194,7 +194,7 @@ def test_numpy_scalars_and_bool_pack(module, fake_gpu):
 @given(st.integers(-(2**31), 2**31 - 1), st.floats(width=32, allow_nan=False), st.integers(1, 2**31 - 1))
 def test_packed_scalars_roundtrip(module, i, f, grid):
     for executor in EXECUTORS:
-        if executor_available(executor):
+        if why_executor_unavailable(executor):
             continue
         with pytest.MonkeyPatch.context() as patch:
             gpu = FakeGPU(patch, executor)

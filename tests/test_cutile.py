@@ -366,10 +366,10 @@ def handed_over(monkeypatch):
 
 @needs_tileiras
 def test_compiled_executor_takes_arrays_and_hands_refusals_over(monkeypatch, handed_over):
-    from conftest import FakeGPU, executor_available
+    from conftest import FakeGPU, why_executor_unavailable
 
-    if executor_available("compiled"):
-        pytest.skip(executor_available("compiled"))
+    if why_executor_unavailable("compiled"):
+        pytest.skip(why_executor_unavailable("compiled"))
     gpu = FakeGPU(monkeypatch, "compiled")
     va = gpu.install(type(build("vector_add"))(build("vector_add").spec, compiled=True))
     c2 = gpu.install(type(build("copy2d"))(build("copy2d").spec, compiled=True))

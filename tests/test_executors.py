@@ -15,14 +15,16 @@ import tracemalloc
 import numpy as np
 import pytest
 import torch
-from conftest import FakeGPU, executor_available
+from conftest import FakeGPU, why_executor_unavailable
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import launchpad as lp
 from launchpad.launch import pylaunch as _pylaunch
 
-pytestmark = pytest.mark.skipif(bool(executor_available("compiled")), reason=executor_available("compiled") or "")
+pytestmark = pytest.mark.skipif(
+    bool(why_executor_unavailable("compiled")), reason=why_executor_unavailable("compiled") or ""
+)
 
 SOURCE = r"""
 #include <cuda_fp16.h>

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 import torch
-from conftest import FakeGPU, executor_available
+from conftest import FakeGPU, why_executor_unavailable
 
 import launchpad as lp
 from launchpad.launch import executor as _executor
@@ -79,7 +79,7 @@ def test_a_chosen_python_executor_does_not_warn(spec, not_built, monkeypatch):
     assert launchpad_warnings(caught) == []
 
 
-@pytest.mark.skipif(bool(executor_available("compiled")), reason=executor_available("compiled") or "")
+@pytest.mark.skipif(bool(why_executor_unavailable("compiled")), reason=why_executor_unavailable("compiled") or "")
 def test_the_compiled_path_carries_no_check(spec, monkeypatch):
     """Where the module is built, the Python executor behind it is made without the hook."""
     made: list[dict] = []

@@ -15,7 +15,7 @@ import threading
 import numpy as np
 import pytest
 import torch
-from conftest import executor_available
+from conftest import why_executor_unavailable
 from fake_graphs import FakeGraphs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -23,7 +23,9 @@ from hypothesis import strategies as st
 import launchpad as lp
 from launchpad.launch import executor as _executor
 
-pytestmark = pytest.mark.skipif(bool(executor_available("compiled")), reason=executor_available("compiled") or "")
+pytestmark = pytest.mark.skipif(
+    bool(why_executor_unavailable("compiled")), reason=why_executor_unavailable("compiled") or ""
+)
 
 SOURCE = r"""
 #include <cuda_fp16.h>
