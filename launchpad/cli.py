@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import textwrap
 import time
@@ -69,6 +70,7 @@ def _helion_note(version: str) -> str:
 
 def cmd_info(args: argparse.Namespace) -> int:
     env = environment()
+    env["no_fallback"] = os.environ.get("LAUNCHPAD_NO_FALLBACK", "") not in ("", "0")
     if args.json:
         print(json.dumps(env, indent=2))
         return 0
@@ -93,6 +95,9 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  {'driver':<14} {'CUDA ' + env['driver'] if env['driver'] else 'none (no CUDA driver found)'}")
     path, why = env["launch_path"]
     print(f"launch path: {path}" + (f" ({why})" if why else ""))
+    strict = env["no_fallback"]
+    print(f"  fallbacks to the Python executor: counted per kernel and sequence (Kernel.fallbacks, Sequence.fallbacks, "
+          f"their repr); LAUNCHPAD_NO_FALLBACK={'set: one completed raises' if strict else 'unset: allowed'}")  # fmt: skip
     print()
     if env["devices"]:
         print(f"devices: {len(env['devices'])}")

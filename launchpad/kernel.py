@@ -133,6 +133,19 @@ class Kernel:
         """``"compiled"`` or ``"python"``: which executor this kernel's launches take."""
         return "compiled" if self._executor.compiled is not None else "python"
 
+    @property
+    def fallbacks(self) -> int:
+        """How many launches the compiled executor handed to the Python one (0 on the Python path).
+
+        It counts every handoff, including those by design: a launch the Python executor refuses
+        (it words every refusal), one with arguments by name or options other than ``stream`` and
+        ``shared_mem``, a set launch hook. ``LAUNCHPAD_NO_FALLBACK=1`` makes a handoff the Python
+        executor then completes (a silent slow path) raise :class:`~launchpad.errors.LaunchpadError`
+        after that launch, so a test can assert there was none; a refusal raises its own error.
+        """
+        compiled = self._executor.compiled
+        return compiled.fallbacks if compiled is not None else 0
+
     # The generated function replaces this per instance; this is its documentation.
     def launch(
         self,
@@ -314,7 +327,9 @@ class Kernel:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<launchpad.Kernel {self.display_name!r} ({len(self.params)} params, {self.image_kind})>"
+        fallbacks = self.fallbacks
+        extra = f", {fallbacks} fallbacks to the Python executor" if fallbacks else ""
+        return f"<launchpad.Kernel {self.display_name!r} ({len(self.params)} params, {self.image_kind}{extra})>"
 
     # --- artifacts --------------------------------------------------------------------------------
 

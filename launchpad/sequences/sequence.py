@@ -364,6 +364,7 @@ class Sequence:
     def __repr__(self) -> str:
         copied = [p.name for p in self._state.plan.inputs.values() if p.copy]
         extra = f", copies {', '.join(copied)}" if copied else ""
+        extra += f", {self.fallbacks} fallbacks to the Python replay" if self.fallbacks else ""
         return f"<launchpad.Sequence of {self.nodes} nodes, inputs {', '.join(self.inputs)}{extra}>"
 
     def explain(self) -> str:
@@ -375,6 +376,13 @@ class Sequence:
     def replay_path(self) -> str:
         """``"compiled"`` or ``"python"``: which replay runs this sequence."""
         return "compiled" if type(self._replay).__name__ == "Replay" else "python"
+
+    @property
+    def fallbacks(self) -> int:
+        """How many replays the compiled replay handed to the Python one (0 on the Python path),
+        refusals and values only Python checks included; ``LAUNCHPAD_NO_FALLBACK=1`` makes one the
+        Python replay completes raise (see :attr:`launchpad.Kernel.fallbacks`)."""
+        return int(getattr(self._replay, "fallbacks", 0))
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Replay with the arguments given (see the class documentation)."""

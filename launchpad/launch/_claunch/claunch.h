@@ -205,6 +205,8 @@ typedef struct {
     long max_threads, shared_limit;
     LaunchFn launch;
     LaunchExFn launch_ex;
+    PyObject *name;             /* "kernel 'name'": what LAUNCHPAD_NO_FALLBACK's error names */
+    unsigned long long fallbacks;  /* calls handed to the Python executor (Launcher.fallbacks) */
     PyObject *weakreflist;
 } Launcher;
 
@@ -269,9 +271,15 @@ PyObject *lp_configure(Launcher *self, PyObject *args);
 
 PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
                     PyObject *stream, PyObject *shared_mem);
-/* launcher.c: hand a call to the Python executor (kw names and values follow the positional ones). */
+/* launcher.c: hand a call to the Python executor (kw names and values follow the positional ones);
+ * counts it in the Launcher's ``fallbacks`` (the fallback path only: nothing on the fast path). */
 PyObject *lp_fallback(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *stream, PyObject *shared_mem);
+
+/* module.c: what a fallback returns: ``result`` as it is, unless LAUNCHPAD_NO_FALLBACK is set and the
+ * Python side completed the call (``result`` not NULL: a silent slow path), where it is dropped and a
+ * LaunchpadError naming ``what`` (a str: the kernel or sequence) raised. Called on fallback paths only. */
+PyObject *lp_fell_back(PyObject *result, PyObject *what);
 
 /* Compiled with -DLP_PROFILE (LAUNCHPAD_CFLAGS), lp_launch accumulates the nanoseconds of each of
  * its steps, which _claunch._profile() returns and resets: how benchmarks/breakdown.py finds where

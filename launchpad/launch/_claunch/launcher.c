@@ -311,7 +311,8 @@ PyObject *lp_fallback(Launcher *self, PyObject *grid, PyObject *block, PyObject 
             vec[2 + nargs + k++] = shared_mem;
         }
     }
-    PyObject *r = PyObject_Vectorcall(self->python_launch, vec, 2 + nargs, kwnames);
+    self->fallbacks++;
+    PyObject *r = lp_fell_back(PyObject_Vectorcall(self->python_launch, vec, 2 + nargs, kwnames), self->name);
     Py_XDECREF(kwnames);
     if (vec != local) PyMem_Free(vec);
     return r;
@@ -337,8 +338,9 @@ PyObject *lp_launcher_vectorcall(PyObject *o, PyObject *const *args, size_t narg
         }
     }
     return lp_launch(self, args[0], args[1], args + 2, n - 2, stream, shared_mem);
-python:
-    return PyObject_Vectorcall(self->python_launch, args, n, kwnames);
+python:  /* a fallback too (a launch with arguments by name is Python's by design) */
+    self->fallbacks++;
+    return lp_fell_back(PyObject_Vectorcall(self->python_launch, args, n, kwnames), self->name);
 }
 
 static PyObject *Launcher_forget(Launcher *self, PyObject *unused) {
@@ -360,8 +362,16 @@ static PyObject *Launcher_get_python(Launcher *self, void *closure) {
     return Py_NewRef(self->python_launch);
 }
 
+static PyObject *Launcher_get_fallbacks(Launcher *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->fallbacks);
+}
+
 static PyGetSetDef Launcher_getset[] = {
     {"python", (getter)Launcher_get_python, NULL, "The Python executor's launch, where every fallback goes.", NULL},
+    {"fallbacks", (getter)Launcher_get_fallbacks, NULL,
+     "How many calls this launcher handed to the Python executor (refusals and calls with keywords included).",
+     NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -179,6 +179,10 @@ PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->same_value = Py_NewRef(same_value);
     self->coresident = Py_NewRef(coresident);
     self->ctx = Py_NewRef(ctx);
+    PyObject *kernel_name = PyObject_GetAttrString(ctx, "kernel_name");
+    self->name = kernel_name != NULL ? PyUnicode_FromFormat("kernel %R", kernel_name) : NULL;
+    Py_XDECREF(kernel_name);
+    if (self->name == NULL) goto fail;
     if (hooks != Py_None) {
         PyObject *dict, *hook_names, *hook_calls;
         if (!PyArg_ParseTuple(hooks, "O!O!O!", &PyDict_Type, &dict, &PyTuple_Type, &hook_names, &PyTuple_Type,
@@ -294,6 +298,7 @@ int lp_launcher_clear(Launcher *self) {
     Py_CLEAR(self->hook_calls);
     Py_CLEAR(self->tensor_types);
     Py_CLEAR(self->entry);
+    Py_CLEAR(self->name);
     for (Py_ssize_t i = 0; i < self->nops; i++) {
         Py_CLEAR(self->ops[i].obj);
         Py_CLEAR(self->ops[i].arg);

@@ -4,6 +4,25 @@
 
 PyObject *lp_str_stream, *lp_str_shared_mem, *lp_str_calls;
 
+/* Whether LAUNCHPAD_NO_FALLBACK is set (not "" nor "0"): read on the fallback path only. */
+static int no_fallback(void) {
+    const char *v = getenv("LAUNCHPAD_NO_FALLBACK");
+    return v != NULL && v[0] != '\0' && strcmp(v, "0") != 0;
+}
+
+PyObject *lp_fell_back(PyObject *result, PyObject *what) {
+    if (result == NULL || !no_fallback()) return result;
+    Py_DECREF(result);
+    PyObject *errors = PyImport_ImportModule("launchpad.errors");
+    PyObject *cls = errors != NULL ? PyObject_GetAttrString(errors, "LaunchpadError") : NULL;
+    Py_XDECREF(errors);
+    if (cls == NULL) return NULL;
+    PyErr_Format(cls, "%S: the compiled executor handed this call to the Python one, which completed it (a silent "
+                      "slow path); LAUNCHPAD_NO_FALLBACK is set, so that is an error (unset it to allow it)", what);
+    Py_DECREF(cls);
+    return NULL;
+}
+
 /* dlpack_dtype(tensor) -> (code, bits, lanes): how the DLPack exchange API of the tensor's type
  * describes its dtype; launchpad/launch/executor.py asks it once per torch dtype, so the plan's dtype
  * checks use torch's own mapping rather than a table of ours. */

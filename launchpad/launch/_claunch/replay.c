@@ -62,11 +62,12 @@ static void cut(const Replay *self, char *block, Call *c) {
 /* A word of the ring, which the device writes. */
 static uint64_t ring_word(const Replay *self, int i) { return ((volatile const uint64_t *)self->ring)[i]; }
 
-/* TODO(launchpad): a fallback is not counted nor shown anywhere (issue 38, item 3): a sequence that
- * always falls back to the Python replay still says replay_path == "compiled". */
+/* A call the Python replay makes instead: counted (Sequence.fallbacks), and an error where
+ * LAUNCHPAD_NO_FALLBACK is set and the Python replay completed it. */
 static PyObject *fallback(Replay *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyErr_Clear();
-    return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    self->fallbacks++;
+    return lp_fell_back(PyObject_Vectorcall(self->fallback, args, nargsf, kwnames), self->name);
 }
 
 /* Which input each value is: positional ones by position, keywords by name (interned: compared by

@@ -94,6 +94,8 @@ typedef struct {
     PyObject *keep;         /* what the targets' blobs, the ring and the staged words live in */
     PyObject *tensor_types;
     const DLPackExchangeAPI *api;
+    PyObject *name;         /* what LAUNCHPAD_NO_FALLBACK's error names */
+    unsigned long long fallbacks;  /* calls the Python replay made instead (Replay.fallbacks) */
 } Replay;
 
 /* replay.c: a replay (the type's vectorcall). */

@@ -209,6 +209,7 @@ static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->keep = Py_NewRef(keep);
     self->tensor_types = Py_NewRef(tensor_types);
     self->api = PyTuple_GET_SIZE(tensor_types) ? lp_exchange_api(PyTuple_GET_ITEM(tensor_types, 0)) : NULL;
+    if ((self->name = PyUnicode_FromString("a recorded sequence")) == NULL) goto fail;
     /* (looked up once: a replay calls them, not a lookup by name) */
     if ((self->acquire = PyObject_GetAttrString(lock, "acquire")) == NULL ||
         (self->release = PyObject_GetAttrString(lock, "release")) == NULL)
@@ -291,6 +292,7 @@ static int Replay_clear(Replay *self) {
     Py_CLEAR(self->release);
     Py_CLEAR(self->keep);
     Py_CLEAR(self->tensor_types);
+    Py_CLEAR(self->name);
     Replay_free(self);
     return 0;
 }
@@ -300,6 +302,17 @@ static void Replay_dealloc(Replay *self) {
     Replay_clear(self);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
+
+static PyObject *Replay_get_fallbacks(Replay *self, void *closure) {
+    (void)closure;
+    return PyLong_FromUnsignedLongLong(self->fallbacks);
+}
+
+static PyGetSetDef Replay_getset[] = {
+    {"fallbacks", (getter)Replay_get_fallbacks, NULL,
+     "How many calls the Python replay made instead (refusals and values only it checks included).", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
 
 PyTypeObject Replay_Type = {
     PyVarObject_HEAD_INIT(NULL, 0)
@@ -313,4 +326,5 @@ PyTypeObject Replay_Type = {
     .tp_clear = (inquiry)Replay_clear,
     .tp_vectorcall_offset = offsetof(Replay, vectorcall),
     .tp_call = PyVectorcall_Call,
+    .tp_getset = Replay_getset,
 };
