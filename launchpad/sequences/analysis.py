@@ -50,8 +50,8 @@ from ..errors import RecordError
 from ..launch.executor import SK_INT, SK_POINTER, SK_UINT, slot_kind
 from .capture import Capture, Node
 from .regions import region_bytes, region_label, regions
+from .same_launches import compare_child, refuse_opaque, same_structure
 from .scalars import FOREIGN_KINDS, scalar_bytes
-from .structure import compare_child, refuse_opaque, same_structure
 
 __all__ = ["InputPlan", "Leaf", "Plan", "Storage", "Use", "analyze", "both_pooled", "referenced", "same_word"]
 

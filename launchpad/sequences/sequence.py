@@ -11,7 +11,7 @@ captures a recording takes and what the sequence then owns of them.)
    that what ``fn`` allocates lives in the graph's private memory pool. Captures compared byte by
    byte find the nodes that read each input (:mod:`launchpad.sequences.analysis`) and where each
    output lives (:mod:`launchpad.sequences.outputs`); one more capture is the one kept and replayed
-   (:mod:`launchpad.sequences.kept`).
+   (:mod:`launchpad.sequences.kept_capture`).
 3. It makes the :class:`Sequence`, which holds what its replays read and write in one
    :class:`~launchpad.sequences.state.SequenceState`.
 
@@ -61,10 +61,10 @@ from . import updates as _updates
 from .analysis import Plan, Use, analyze
 from .capture import Capture, failure, far_probe, probe, residue_probe, rewrapped
 from .explain import explain as _explain
-from .kept import keep
+from .kept_capture import keep
 from .outputs import classify
+from .same_launches import same_structure
 from .state import BROKEN, LAUNCHES, SequenceState
-from .structure import same_structure
 
 __all__ = ["RecordError", "Sequence", "record"]
 

@@ -35,7 +35,7 @@ from . import updates as _updates
 from .analysis import Plan, Use
 from .outputs import flatten, storages
 from .regions import region_bytes, region_label, regions
-from .structure import same_structure
+from .same_launches import same_structure
 
 __all__ = ["Kept", "keep"]
 
