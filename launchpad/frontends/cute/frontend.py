@@ -266,7 +266,7 @@ def cute_spec(image: bytes, symbol: str, record: dict, version: str = "") -> Ker
                              "launchpad needs an amount fixed when compiling")  # fmt: skip
     passed = [(pname, d) for pname, d in record["params"] if d[0] != "const"]
     for pname, (kind, what) in passed:
-        if kind == "other":
+        if kind == "other":  # TODO(launchpad): build a TMA atom's descriptor per launch, as Triton's are
             raise LaunchpadError(f"kernel {name!r}, parameter {pname!r} is {what}, which the @cute.jit host function "
                                  "builds (a TMA atom's descriptor, a tiled layout...); launchpad cannot build it: "
                                  "launch this kernel through CuTe DSL")  # fmt: skip

@@ -172,6 +172,8 @@ def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any
     linked = spec_from_image(cubin, "cubin", compiled.entry, signature=words, display_name=name)
     # What it writes, for torch.compile: from its PTX where Numba gave PTX (lto=False); its LTO-IR says
     # nothing this can read, and compiling the PTX besides would cost most of a second compile.
+    # TODO(launchpad): a kernel compiled to LTO-IR (the default, lto=True) gets no "written", so
+    # torch.compile declares every tensor argument written.
     found = None
     if compiled.output == "ptx":  # (LTO-IR is binary: never decoded)
         ptx = next((c.decode() for c in compiled.codes if compiled.entry.encode() in c), None)

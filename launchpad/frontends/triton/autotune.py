@@ -4,17 +4,29 @@
 into a :class:`~launchpad.TritonLauncher`, an ``Autotuner`` into an :class:`AutotunedLauncher`
 and a ``Heuristics`` into a :class:`HeuristicsLauncher`, each around the launcher of what it
 wraps, so the decorators stack in any order as they do in Triton. They follow Triton's semantics
-(``triton/runtime/autotuner.py``): heuristics computed from the arguments on every call; configs
-chosen per value of the ``key`` arguments (and the dtypes of tensor arguments), after
-``prune_configs_by``; while tuning, ``reset_to_zero``/``restore_value`` and the pre and post hooks
-around every timed launch, timed with the autotuner's own ``do_bench`` (its ``warmup``/``rep``
-included). The timed launches, and every launch after tuning, go through launchpad: each config
-gets a launcher with its compile options fixed, so a tuned call is a key lookup and the compiled
-dispatch. Triton's autotuning knobs act as under Triton: ``cache_results=True`` (or
+(``triton/runtime/autotuner.py``). A call ``launcher[grid](*args)`` goes in four steps:
+
+1. A heuristics launcher computes each heuristic's value from the arguments, on every call, and
+   passes the values on to the launcher it wraps.
+2. An autotuned launcher computes the call's key: the values of the ``key`` arguments, then the
+   dtype of every tensor argument. A key tuned before gives its config with one dictionary
+   lookup; an autotuner of one config uses it without a key.
+3. A new key is tuned. The configs are pruned by ``prune_configs_by`` (``early_config_prune``,
+   then the ``perf_model``'s ``top_k``), and each config left is timed with the autotuner's own
+   ``do_bench`` (its ``warmup`` and ``rep`` included), with ``reset_to_zero``/``restore_value``
+   and the pre and post hooks around every timed launch. A config the device cannot run (out of
+   resources) times as infinite, so it is skipped as Triton skips it. The fastest config is kept
+   for the key.
+4. The config's own launcher launches, after the config's ``pre_hook`` where it has one. Each
+   config gets a launcher with its compile options fixed, so the timed launches and every launch
+   after tuning go through launchpad, and a tuned call is a key lookup and the compiled dispatch.
+
+Triton's autotuning knobs act as under Triton: ``cache_results=True`` (or
 ``TRITON_CACHE_AUTOTUNING``) keeps the timings in Triton's cache through the autotuner's own
-``check_disk_cache``, so another process (Triton's or launchpad's) reuses them without timing
-again; ``knobs.autotuning.print`` prints what Triton prints; ``knobs.autotuning.listener`` (Triton
-3.9) hears of every tuning.
+``check_disk_cache``, so another process (Triton's or launchpad's) reads them in step 3 instead of
+timing again; ``knobs.autotuning.print`` prints what Triton prints; ``knobs.autotuning.listener``
+(Triton 3.9) hears of every tuning. Under torch.compile, ``launcher[grid]`` is that of the Triton
+object it wraps (the ``Autotuner`` or ``Heuristics``), which Dynamo traces as a user kernel.
 """
 
 from __future__ import annotations

@@ -264,6 +264,8 @@ def with_writes(spec: KernelSpec, ttir: str | None, ptx: str | None = None) -> K
     its PTX (:mod:`launchpad.core.ptx_writes`: a Gluon kernel's, whose IR is not TTIR, or a TTIR
     with inline assembly); the spec as it is where neither can say (or the TTIR's arguments do not
     pair one to one with the spec's runtime arguments: a tensor descriptor passed as its parts)."""
+    # TODO(launchpad): a Gluon kernel that takes host TMA descriptors gets None from both (its PTX
+    # included), so torch.compile declares every tensor argument written.
     found = written_arguments(ttir, spec.name) if ttir else None
     runtime = [k for k, a in enumerate(spec.args) if a.kind in ("param", "expand")]
     if found is not None and len(found) == len(runtime):

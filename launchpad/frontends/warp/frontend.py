@@ -157,7 +157,7 @@ def warp_signature(kernel: Any, name: str) -> tuple[list[str], list[str], list[A
             return LaunchpadError(f"kernel {name!r}, parameter {label!r} ({wt.type_repr(t)}): {why}; launch it with "
                                   "wp.launch")  # fmt: skip
 
-        if wt.type_is_struct(t):
+        if wt.type_is_struct(t):  # TODO(launchpad): pack a wp.struct from its fields, as Warp lays them out
             raise refuse("wp.struct parameters are not packed by launchpad yet")
         if type(t) is wp.array:
             scalar, element = _element(wt, t.dtype)
@@ -203,6 +203,8 @@ def _element(wt: Any, t: Any) -> tuple[str, tuple[int, ...]]:
 
 def _compile(wp: Any, kernel: Any, name: str, arch: str) -> tuple[bytes, dict, str]:
     """The cubin, ``.meta`` and ``.cu`` source Warp's AOT compiler writes for the kernel's module."""
+    # TODO(launchpad): keep the cubin in launchpad's disk cache (launchpad.core.cache), as compiled C++
+    # is kept: each from_warp call compiles the module again, into a temporary folder.
     number = int(re.sub(r"\D", "", arch.removeprefix("sm_")))
     with tempfile.TemporaryDirectory(prefix="launchpad-warp-") as folder:
         try:
