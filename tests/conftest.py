@@ -36,6 +36,7 @@ with warnings.catch_warnings(), contextlib.suppress(ImportError):
 
 import launchpad
 from launchpad.core import driver as _driver
+from launchpad.core.loader import Entry
 from launchpad.launch import checks as _checks
 from launchpad.launch import executor as _executor
 from launchpad.launch import memory as _memory
@@ -146,7 +147,7 @@ class FakeGPU:
                 if nbytes > optin:
                     raise launchpad.OutOfResources(f"{nbytes} > {optin}")
                 entry = loader.entries[dev]
-                loader.entries[dev] = (*entry[:2], optin, *entry[3:])
+                loader.entries[dev] = entry._replace(shared_limit=optin)
                 return optin
 
             # set in the instance's dict, so undoing deletes them: a setattr would be undone (by
@@ -156,8 +157,9 @@ class FakeGPU:
             patch.setitem(vars(loader), "launch_ex", self.launch_ex)
             patch.setitem(vars(loader), "coresident_blocks", lambda dev, threads, smem: 1 << 20)
         # no cuCtxGetDevice (0): the compiled executor asks the fake device function
-        entry = (function, max_threads, shared_limit, function, ctypes.cast(self._c_launch, ctypes.c_void_p).value,
-                 ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, 0, None)  # fmt: skip
+        entry = Entry(function=function, max_threads=max_threads, shared_limit=shared_limit, address=function,
+                      launch=ctypes.cast(self._c_launch, ctypes.c_void_p).value,
+                      launch_ex=ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, ctx_get_device=0, module=None)  # fmt: skip
         patch.setitem(loader.entries, device, entry)
         devices = _executor.Devices(lambda: device, lambda dev: stream, self.cu_launch)
         # "default": the executor the kernel would pick itself (launchpad.launch_path())
@@ -193,7 +195,7 @@ class FakeGPU:
             self.emulate(launch)
 
     def launch_ex(self, entry, dev, grid, block, smem, stream, kp, cluster, cooperative, pdl):
-        kernel = self._kernels[entry[0]]
+        kernel = self._kernels[entry.function]
         attrs = {
             "cluster": cluster if cluster is not None else kernel.plan.cluster,
             "cooperative": cooperative or kernel.plan.cooperative,

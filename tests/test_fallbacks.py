@@ -8,12 +8,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import FakeGPU, executor_available
+from conftest import FakeGPU, why_executor_unavailable
 from fake_graphs import FakeGraphs
 
 import launchpad as lp
 
-pytestmark = pytest.mark.skipif(bool(executor_available("compiled")), reason=executor_available("compiled") or "")
+pytestmark = pytest.mark.skipif(
+    bool(why_executor_unavailable("compiled")), reason=why_executor_unavailable("compiled") or ""
+)
 
 SOURCE = r"""
 extern "C" __global__ void pointers(float* x, double* y, void* z, int n) {}

@@ -83,7 +83,7 @@ def test_close_unloads_what_the_last_launch_kept(cubin, unloaded, executor, monk
     gpu = FakeGPU(monkeypatch, executor)
     gpu.install(k)
     module = LoadedModule("module-0", "function-0", -1)
-    k._loader.entries[-1] = (*k._loader.entries[-1][:7], module)  # the entry holds its module
+    k._loader.entries[-1] = k._loader.entries[-1]._replace(module=module)  # the entry holds its module
     k._loader.modules[-1] = module
     del module
     k.launch(1, 32, 0, 0, 1.0, 4)

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import launchpad as lp
 from launchpad.launch import executor as _executor
+from launchpad.launch import layouts as L
 
 pytestmark = pytest.mark.skipif(
     bool(why_executor_unavailable("compiled")), reason=why_executor_unavailable("compiled") or ""
@@ -169,30 +170,45 @@ def test_the_compiled_replay_refuses_tables_that_reach_outside_a_node_or_a_ring_
     each device target's use has one ring entry of its own, within a slot."""
     claunch = _executor._claunch
     state, staged, ring = (ctypes.c_uint64 * 2)(), (ctypes.c_uint64 * 1)(), (ctypes.c_uint64 * 32)()
-    kernel = (1, 0x100, 0x200, (1, 1, 1), (1, 1, 1), 0, 0, bytearray(16), 0x300)
-    device = (0, 0xD00, 16)
-    for target, use, ok in [
-        (kernel, (0, 8, 8, 0, 0, 0, 0, -1), ""),
-        (kernel, (0, 12, 8, 0, 0, 0, 0, -1), "bad use"),
-        (kernel, (1, 0, 8, 0, 0, 0, 0, -1), "bad use"),
-        (kernel, (0, 0, 9, 0, 0, 0, 0, -1), "bad use"),
-        (kernel, (0, 0, 8, 0, 0, 0, 0, 0), "bad use"),  # a host target's use in the ring
-        (device, (0, 0, 8, 0, 0, 0, 0, -1), "bad use"),  # a device target's use out of it
-        (device, (0, 0, 8, 0, 0, 0, 0, 1), "ring entry 1 is not one of 0 to 0"),
-        (device, (0, 8, 8, 0, 0, 0, 0, 0), ""),
+    kernel = L.KernelTarget(kind=1, handle=0x100, function=0x200, grid=(1, 1, 1), block=(1, 1, 1), shared_mem=0,
+                            context=0, blob=bytearray(16), pointers=0x300)  # fmt: skip
+    device = L.DeviceTarget(kind=0, handle=0xD00, size=16)
+
+    def use(target, offset, size, entry):
+        return L.ReplayUse(
+            target=target, offset=offset, size=size, kind=0, delta=0, align=0, multiple_of=0, entry=entry
+        )
+
+    def tables(uses, targets, staged_words, ring_table):
+        x = L.ReplayInput(name="x", is_tensor=True, dtype=0, shape=(), strides=(), uses=uses, python_only=False)
+        return L.ReplayTables(
+            inputs=(x,), targets=targets, outputs=(), exec=0, device=0, entry_points=L.GraphEntryPoints(1, 1, 1, 1, 1),
+            ctx_get_device=0, counters=ctypes.addressof(state), ring=ring_table,
+            staged=L.Staged(address=ctypes.addressof(staged), words=staged_words), current=[None], fallback=print,
+            build=None, lock=threading.Lock(), keep=(), tensor_types=(), get_stream=None, positional=1,
+            snapshot=False, launch=None,
+        )  # fmt: skip
+
+    ring_table = L.Ring(address=ctypes.addressof(ring), slots=2, capacity=2)
+    for target, u, ok in [
+        (kernel, use(0, 8, 8, -1), ""),
+        (kernel, use(0, 12, 8, -1), "bad use"),
+        (kernel, use(1, 0, 8, -1), "bad use"),
+        (kernel, use(0, 0, 9, -1), "bad use"),
+        (kernel, use(0, 0, 8, 0), "bad use"),  # a host target's use in the ring
+        (device, use(0, 0, 8, -1), "bad use"),  # a device target's use out of it
+        (device, use(0, 0, 8, 1), "ring entry 1 is not one of 0 to 0"),
+        (device, use(0, 8, 8, 0), ""),
     ]:  # fmt: skip
-        args = ((("x", True, 0, (), (), (use,), False),), (target,), (), 0, 0, (1, 1, 1, 1, 1), 0,
-                ctypes.addressof(state), (ctypes.addressof(ring), 2, 2), (ctypes.addressof(staged), 1), [None], print,
-                None, threading.Lock(), (), (), None, 1, False, None)  # fmt: skip
         if not ok:
-            claunch.Replay(*args)
+            claunch.Replay(tables((u,), (target,), 1, ring_table))
         else:
             with pytest.raises(ValueError, match=rf"^{ok}"):
-                claunch.Replay(*args)
+                claunch.Replay(tables((u,), (target,), 1, ring_table))
     with pytest.raises(ValueError, match=r"^1 staged words for 0 uses"):
-        claunch.Replay((("x", True, 0, (), (), (), False),), (), (), 0, 0, (1, 1, 1, 1, 1), 0, ctypes.addressof(state),
-                       None, (ctypes.addressof(staged), 1), [None], print, None, threading.Lock(), (), (), None, 1,
-                       False, None)  # fmt: skip
+        claunch.Replay(tables((), (), 1, None))
+    with pytest.raises(TypeError, match=r"^a ReplayTables needs the field inputs"):  # read by name, never by position
+        claunch.Replay(tuple(tables((), (), 0, None)))
 
 
 @pytest.mark.parametrize("value, cls, message", [

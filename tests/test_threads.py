@@ -48,14 +48,14 @@ def test_close_while_other_threads_launch(kernel_image, fake_gpu, monkeypatch):
     k = fake_gpu.install(lp.load_cubin(kernel_image, "scale", signature="*fp32, *fp32, fp32, i32"))
     entry = k._loader.entries[-1]
     module = LoadedModule(first, "function-0", -1)
-    k._loader.entries[-1] = (*entry[:7], module)
+    k._loader.entries[-1] = entry._replace(module=module)
     k._loader.modules[-1] = module
     del module
     # a launch after close loads the kernel again: the fake driver's answers for that load
-    monkeypatch.setitem(vars(k._loader), "_load", lambda device: LoadedModule(second, entry[0], device))
+    monkeypatch.setitem(vars(k._loader), "_load", lambda device: LoadedModule(second, entry.function, device))
     limits = {"max_threads_per_block": 1024, "max_dynamic_shared_size_bytes": 48 * 1024}
     monkeypatch.setattr(_driver, "function_attribute", lambda function, name: limits[name])
-    monkeypatch.setattr(_driver, "launch_entry_points", lambda: (entry[4], entry[5], 0))
+    monkeypatch.setattr(_driver, "launch_entry_points", lambda: (entry.launch, entry.launch_ex, 0))
     active, lock, started = [0], threading.Lock(), threading.Event()
     real_read = fake_gpu.read_params
 

@@ -16,7 +16,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -25,12 +25,29 @@ from . import driver as _driver
 from .binary import CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES, arch_runs_on, image_arch
 from .spec import KernelSpec
 
-__all__ = ["LoadedModule", "Loader", "loaded_function"]
+__all__ = ["Entry", "LoadedModule", "Loader", "loaded_function"]
 
-# The fields of an entry tuple, by index (the compiled executor reads the same positions): the
-# function (cuda.bindings), its limits, its address, the driver's launch entry points and the
-# current-device query the compiled executor calls, and the module the entry keeps loaded.
-E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT, E_ADDRESS, E_LAUNCH, E_LAUNCH_EX, E_CTX_DEVICE, E_MODULE = range(8)
+
+class Entry(NamedTuple):
+    """A kernel's entry on one device. The compiled executor reads its fields by name when an entry
+    is new (``_claunch.LAYOUTS["Entry"]``: all but ``function`` and ``module``, which only Python
+    reads; ``tests/test_layouts.py`` checks both); the generated Python executor indexes it with
+    the ``E_*`` positions below."""
+
+    function: Any  # the CUfunction (cuda.bindings)
+    max_threads: int
+    shared_limit: int  # the dynamic shared memory a launch may ask for
+    address: int  # the function's address
+    launch: int  # cuLaunchKernel
+    launch_ex: int  # cuLaunchKernelEx
+    ctx_get_device: int  # cuCtxGetDevice (0: none; the executor asks torch)
+    module: LoadedModule  # what the entry keeps loaded
+
+
+# The positions of Entry's fields, for the generated Python executor (an index, not an attribute).
+E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT = (
+    Entry._fields.index(name) for name in ("function", "max_threads", "shared_limit")
+)
 
 #: Driver results of loading a module that mean the image itself cannot be used on the device.
 _IMAGE_ERRORS = frozenset({
@@ -91,11 +108,11 @@ class Loader:
         self.callbacks = spec.callbacks
         self.name = spec.display_name
         self.modules: dict[int, LoadedModule] = {}
-        self.entries: dict[int, tuple] = {}  # device -> entry tuple, read by the executors
+        self.entries: dict[int, Entry] = {}  # device -> entry, read by the executors
         self.coresident: dict[tuple[int, int, int], int] = {}  # (device, threads, smem) -> max blocks
         self.lock = threading.Lock()
 
-    def entry(self, device: int) -> tuple:
+    def entry(self, device: int) -> Entry:
         """Load into ``device`` if needed; return its entry tuple."""
         with self.lock:
             found = self.entries.get(device)
@@ -119,11 +136,13 @@ class Loader:
                 _driver.allow_non_portable_cluster(function)
             return self._set_entry(device, module, max_threads, limit)
 
-    def _set_entry(self, device: int, module: LoadedModule, max_threads: int, limit: int) -> tuple:
+    def _set_entry(self, device: int, module: LoadedModule, max_threads: int, limit: int) -> Entry:
         launch, launch_ex, ctx_get_device = _driver.launch_entry_points()
         module.spec = self.spec
         _FUNCTIONS[int(module.function)] = module
-        entry = (module.function, max_threads, limit, int(module.function), launch, launch_ex, ctx_get_device, module)
+        entry = Entry(function=module.function, max_threads=max_threads, shared_limit=limit,
+                      address=int(module.function), launch=launch, launch_ex=launch_ex,
+                      ctx_get_device=ctx_get_device, module=module)  # fmt: skip
         self.entries[device] = entry
         return entry
 

@@ -30,6 +30,7 @@ from ..core.spec import KernelSpec
 from ..errors import ArgumentError, LaunchpadError, LaunchpadWarning
 from . import checks as _checks
 from . import hooks as _hooks
+from . import layouts as _layouts
 from . import memory as _memory
 from . import pylaunch as _pylaunch
 from .refusals import Fail
@@ -127,15 +128,14 @@ def slot_kind(param: Param) -> int:
     return SK_UINT if str(param.type).startswith("u") else SK_INT
 
 
-def _slot(param: Param) -> tuple[int, int, int]:
-    """``(offset, size, slot kind)`` of a parameter."""
-    return (param.offset, param.size, slot_kind(param))
+def _slot(param: Param) -> _layouts.Slot:
+    """How the compiled module packs a parameter: its offset, size and slot kind."""
+    return _layouts.Slot(offset=param.offset, size=param.size, kind=slot_kind(param))
 
 
-def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
-    """The compiled executor's operations for a spec, one per :class:`~launchpad.core.spec.Arg`:
-    ``(kind, position, sub-path, slots, dtype, align, multiple_of, size, ndim, layout, flags,
-    obj, arg)`` (see ``claunch.h``)."""
+def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[_layouts.Op, ...]:
+    """The compiled executor's operations for a spec, one :class:`~launchpad.launch.layouts.Op` per
+    :class:`~launchpad.core.spec.Arg` (see ``claunch.h``)."""
     ops = []
     for arg in spec.args:
         position, sub = (arg.path[0], tuple(arg.path[1:])) if arg.path else (0, ())
@@ -159,7 +159,8 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
         elif arg.converter in ("cutile_array", "cute_tensor"):  # a CuTe tensor: its struct's fields, as "slots"
             o = arg.options
             low, high = INDEX_RANGE[o.get("index", "i32")]
-            slots = tuple(map(tuple, o["slots"])) if "slots" in o else tuple(_slot(spec.params[i]) for i in arg.params)
+            slots = (tuple(_layouts.Slot(*slot) for slot in o["slots"]) if "slots" in o  # (offset, size, kind)
+                     else tuple(_slot(spec.params[i]) for i in arg.params))  # fmt: skip
             op = dict(base, kind=OP_TILE_ARRAY, slots=slots,
                       dtype=dlpack_word(_torch_dtype(o["dtype"])) or _NEVER, align=o.get("align") or 0, size=low,
                       multiple_of=high, ndim=o["ndim"], flags=1 if o.get("disjoint") else 0, obj=_tile_dims(o))  # fmt: skip
@@ -174,8 +175,7 @@ def plan_ops(spec: KernelSpec, ctx: _checks.Context) -> tuple[tuple, ...]:
             converter = _checks.CONVERTERS[arg.converter].specialize(**arg.options)
             op = dict(base, kind=OP_EXPAND, slots=tuple(_slot(spec.params[i]) for i in arg.params), obj=converter,
                       arg=arg)  # fmt: skip
-        ops.append((op["kind"], position, sub, op["slots"], op["dtype"], op["align"], op["multiple_of"], op["size"],
-                    op["ndim"], op["layout"], op["flags"], op["obj"], op["arg"]))  # fmt: skip
+        ops.append(_layouts.Op(position=position, sub=sub, **op))
     return tuple(ops)
 
 
@@ -348,16 +348,17 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
         stream = devices.current_stream
         if stream is None and not _exchange_api_types():
             stream = _checks.current_raw_stream
-        launcher = _claunch.Launcher(
-            plan_ops(spec, ctx),
-            tuple(p.offset for p in spec.params),
-            max((p.offset + p.size for p in spec.params), default=0),
-            (required[-1] + 1) if required else 0,
-            count,
-            (plan.block, plan.shared_mem, plan.grid_scale, plan.cluster, plan.cluster_spread, plan.cooperative,
-             plan.pdl, plan.oversized_shared, plan.max_grid),
-            loader.entries, loader.entry, python.launch, python.get_device, stream,
-            _memory.scratch, _checks.same_value, loader.coresident_blocks, ctx, hooks.check if hooks else None,
-            _exchange_api_types(),
-        )  # fmt: skip
+        launcher = _claunch.Launcher(_layouts.LauncherTable(
+            ops=plan_ops(spec, ctx),
+            offsets=tuple(p.offset for p in spec.params),
+            buffer_size=max((p.offset + p.size for p in spec.params), default=0),
+            nargs_min=(required[-1] + 1) if required else 0,
+            nargs_max=count,
+            plan=plan,
+            entries=loader.entries, entry_fn=loader.entry, python_launch=python.launch, get_device=python.get_device,
+            get_stream=stream, scratch=_memory.scratch, same_value=_checks.same_value,
+            coresident=loader.coresident_blocks, ctx=ctx,
+            hooks=_layouts.HookCheck(*hooks.check) if hooks else None,  # (dict, names, calls): hooks.py
+            tensor_types=_exchange_api_types(),
+        ))  # fmt: skip
     return Executor(spec, loader, python, launcher, hooks)

@@ -22,6 +22,7 @@ import torch
 
 from ..core import driver as _driver
 from ..launch import executor as _executor
+from ..launch import layouts as L
 from . import pyreplay as _pyreplay
 from .analysis import Use
 from .outputs import Index
@@ -44,33 +45,42 @@ def compiled_replay(st: SequenceState, python_replay: Callable[..., Any], get_st
         tensor = isinstance(value, torch.Tensor)
         dtype = _executor.dlpack_word(value.dtype) if tensor else 0
         shape, strides = (tuple(value.shape), tuple(value.stride())) if tensor else ((), ())
-        inputs.append((name, tensor, dtype, shape, strides, _uses(uses, st.entry_of, index, first), name in st.views))
-    outputs = tuple((allocate, _uses(uses, st.entry_of, index, first))
+        inputs.append(L.ReplayInput(name=name, is_tensor=tensor, dtype=dtype, shape=shape, strides=strides,
+                                    uses=_uses(uses, st.entry_of, index, first), python_only=name in st.views))  # fmt: skip
+    outputs = tuple(L.ReplayOutput(allocate=allocate, uses=_uses(uses, st.entry_of, index, first))
                     for allocate, (first, uses) in zip(st.allocators, st.output_uses))  # fmt: skip
     ring = st.ring
-    ring_table = (ring.memory.data_ptr(), ring.slots, ring.capacity) if ring is not None else None
-    return _executor._claunch.Replay(
-        tuple(inputs), targets, outputs, st.graph_exec, st.device, _driver.graph_entry_points(),
-        _driver.launch_entry_points()[2], ctypes.addressof(st.counters), ring_table,
-        (ctypes.addressof(st.words), len(st.uses)), st.current, python_replay, _builder(st), st.lock,
-        (st.targets, st.graph, ring, st.words, st), _executor._exchange_api_types(), get_stream, st.positional,
-        st.snapshot, st.launch,
+    ring_table = (
+        L.Ring(address=ring.memory.data_ptr(), slots=ring.slots, capacity=ring.capacity) if ring is not None else None
+    )
+    tables = L.ReplayTables(
+        inputs=tuple(inputs), targets=targets, outputs=outputs, exec=st.graph_exec, device=st.device,
+        entry_points=L.GraphEntryPoints(*_driver.graph_entry_points()),  # in the order its docstring gives
+        ctx_get_device=_driver.launch_entry_points()[2], counters=ctypes.addressof(st.counters), ring=ring_table,
+        staged=L.Staged(address=ctypes.addressof(st.words), words=len(st.uses)), current=st.current,
+        fallback=python_replay, build=_builder(st), lock=st.lock, keep=(st.targets, st.graph, ring, st.words, st),
+        tensor_types=_executor._exchange_api_types(), get_stream=get_stream, positional=st.positional,
+        snapshot=st.snapshot, launch=st.launch,
     )  # fmt: skip
+    return _executor._claunch.Replay(tables)
 
 
-def _uses(uses: list[Use], entry_of: list[int], index: dict[int, int], first: int) -> tuple:
+def _uses(uses: list[Use], entry_of: list[int], index: dict[int, int], first: int) -> tuple[L.ReplayUse, ...]:
     """The C table of consecutive uses from index ``first`` (each with its ring entry, or -1)."""
-    return tuple((index[u.node], u.offset, u.size, u.slot, u.delta, u.align, u.multiple_of, entry_of[first + k])
+    return tuple(L.ReplayUse(target=index[u.node], offset=u.offset, size=u.size, kind=u.slot, delta=u.delta,
+                             align=u.align, multiple_of=u.multiple_of, entry=entry_of[first + k])
                  for k, u in enumerate(uses))  # fmt: skip
 
 
-def _target(t: Target, st: SequenceState) -> tuple:
+def _target(t: Target, st: SequenceState) -> L.DeviceTarget | L.KernelTarget | L.CopyTarget:
     if t.kind == DEVICE:
         node = st.plan.nodes[t.index]
-        return (DEVICE, t.devnode, len(node.block or b""))
+        return L.DeviceTarget(kind=DEVICE, handle=t.devnode, size=len(node.block or b""))
+    assert t.blob is not None  # a host target's block or struct
     if t.kind == KERNEL:
-        return (KERNEL, t.handle, t.function, t.grid, t.block_dim, t.shared_mem, t.context, t.blob, t.address)
-    return (t.kind, t.handle, t.blob, t.context)
+        return L.KernelTarget(kind=KERNEL, handle=t.handle, function=t.function, grid=t.grid, block=t.block_dim,
+                              shared_mem=t.shared_mem, context=t.context, blob=t.blob, pointers=t.address)  # fmt: skip
+    return L.CopyTarget(kind=t.kind, handle=t.handle, blob=t.blob, context=t.context)
 
 
 def _builder(st: SequenceState) -> Callable[[tuple, tuple | None], Any] | None:

@@ -36,7 +36,7 @@ static PyObject *Bound_vectorcall(PyObject *o, PyObject *const *args, size_t nar
     return PyObject_CallNoArgs(self->relaunch);  /* the checked launch retries or raises the CudaError */
 }
 
-/* Bound(entry, grid, block, shared_mem, stream, packed, offsets, relaunch) */
+/* Bound(entry, grid, block, shared_mem, stream, packed, offsets, relaunch); the entry: the loader's Entry */
 static PyObject *Bound_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     PyObject *entry, *offsets, *relaunch;
     unsigned int grid[3], block[3], shared_mem;
@@ -46,7 +46,7 @@ static PyObject *Bound_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         PyErr_SetString(PyExc_TypeError, "Bound takes positional arguments only");
         return NULL;
     }
-    if (!PyArg_ParseTuple(a, "O!(III)(III)IKy*O!O", &PyTuple_Type, &entry, &grid[0], &grid[1], &grid[2], &block[0],
+    if (!PyArg_ParseTuple(a, "O(III)(III)IKy*O!O", &entry, &grid[0], &grid[1], &grid[2], &block[0],
                           &block[1], &block[2], &shared_mem, &stream, &packed, &PyTuple_Type, &offsets, &relaunch))
         return NULL;
     Bound *self = (Bound *)type->tp_alloc(type, 0);
@@ -81,13 +81,14 @@ static PyObject *Bound_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         self->params[i] = self->buffer + off;
     }
     PyBuffer_Release(&packed);
-    if (PyTuple_GET_SIZE(entry) < 6) {
-        PyErr_SetString(PyExc_ValueError, "bad launch entry");
+    PyObject *fields = lp_named(entry, LP_ENTRY_FIELDS, "Entry");  /* the loader's Entry, by name */
+    if (fields == NULL) {
         Py_DECREF(self);
         return NULL;
     }
-    self->function = (CUfunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 3));
-    self->launch = (LaunchFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 4));
+    self->function = (CUfunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(fields, EN_ADDRESS));
+    self->launch = (LaunchFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(fields, EN_LAUNCH));
+    Py_DECREF(fields);
     if (PyErr_Occurred() || self->launch == NULL) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a launch entry without cuLaunchKernel");
         Py_DECREF(self);

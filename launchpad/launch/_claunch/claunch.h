@@ -276,6 +276,20 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
 PyObject *lp_fallback(Launcher *self, PyObject *grid, PyObject *block, PyObject *const *args, Py_ssize_t nargs,
                       PyObject *stream, PyObject *shared_mem);
 
+/* module.c: a tuple of ``obj``'s attributes named in ``fields`` (NULL-terminated), in that order, which
+ * the caller parses as it parsed a positional tuple; NULL and a TypeError naming the layout and the
+ * field where one is missing. How the build-time layouts (launchpad/launch/layouts.py, the loader's
+ * Entry) are read: by name, never by position. Each list below is what its reader reads, exported as
+ * _claunch.LAYOUTS and compared with the Python NamedTuples by tests/test_layouts.py. */
+PyObject *lp_named(PyObject *obj, const char *const *fields, const char *layout);
+extern const char *const LP_SLOT_FIELDS[], *const LP_OP_FIELDS[], *const LP_HOOK_FIELDS[], *const LP_PLAN_FIELDS[],
+    *const LP_LAUNCHER_FIELDS[], *const LP_ENTRY_FIELDS[];
+extern const char *const LP_REPLAY_USE_FIELDS[], *const LP_REPLAY_INPUT_FIELDS[], *const LP_REPLAY_OUTPUT_FIELDS[],
+    *const LP_DEVICE_TARGET_FIELDS[], *const LP_KERNEL_TARGET_FIELDS[], *const LP_COPY_TARGET_FIELDS[],
+    *const LP_GRAPH_ENTRY_FIELDS[], *const LP_RING_FIELDS[], *const LP_STAGED_FIELDS[], *const LP_REPLAY_FIELDS[];
+/* The fields of LP_ENTRY_FIELDS, in its order (launcher.c reads them; bound.c the address and launch). */
+enum { EN_MAX_THREADS, EN_SHARED_LIMIT, EN_ADDRESS, EN_LAUNCH, EN_LAUNCH_EX, EN_CTX_GET_DEVICE };
+
 /* module.c: what a fallback returns: ``result`` as it is, unless LAUNCHPAD_NO_FALLBACK is set and the
  * Python side completed the call (``result`` not NULL: a silent slow path), where it is dropped and a
  * LaunchpadError naming ``what`` (a str: the kernel or sequence) raised. Called on fallback paths only. */

@@ -31,19 +31,28 @@ static int read_dims(PyObject *obj, unsigned int out[3], const unsigned int max[
     return LP_OK;
 }
 
-/* What the device's entry says: (function, max threads, shared limit, function address,
- * cuLaunchKernel, cuLaunchKernelEx, cuCtxGetDevice, module), parsed when the entry is new (the
- * first launch, a raised shared-memory limit, a reload) and kept with it until the next. */
+/* What is read of the loader's Entry (launchpad/core/loader.py), by name: as claunch.h's EN_* order it. */
+const char *const LP_ENTRY_FIELDS[] = {"max_threads", "shared_limit", "address", "launch", "launch_ex",
+                                       "ctx_get_device", NULL};
+
+/* What the device's entry says (its function's limits and address, the driver's cuLaunchKernel,
+ * cuLaunchKernelEx and cuCtxGetDevice), read by name when the entry is new (the first launch, a
+ * raised shared-memory limit, a reload) and kept with it until the next: nothing per launch. */
 static int read_entry(Launch *L, PyObject *entry) {
     Launcher *self = L->self;
     if (entry != self->entry) {
-        if (!PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 7) return LP_FALLBACK;
-        long max_threads = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
-        long shared_limit = PyLong_AsLong(PyTuple_GET_ITEM(entry, 2));
-        CUfunction function = (CUfunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 3));
-        LaunchFn launch = (LaunchFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 4));
-        LaunchExFn launch_ex = (LaunchExFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 5));
-        CtxGetDeviceFn ctx_get_device = (CtxGetDeviceFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(entry, 6));
+        PyObject *t = lp_named(entry, LP_ENTRY_FIELDS, "Entry");
+        if (t == NULL) {
+            PyErr_Clear();
+            return LP_FALLBACK;
+        }
+        long max_threads = PyLong_AsLong(PyTuple_GET_ITEM(t, EN_MAX_THREADS));
+        long shared_limit = PyLong_AsLong(PyTuple_GET_ITEM(t, EN_SHARED_LIMIT));
+        CUfunction function = (CUfunction)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, EN_ADDRESS));
+        LaunchFn launch = (LaunchFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, EN_LAUNCH));
+        LaunchExFn launch_ex = (LaunchExFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, EN_LAUNCH_EX));
+        CtxGetDeviceFn ctx_get_device = (CtxGetDeviceFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, EN_CTX_GET_DEVICE));
+        Py_DECREF(t);
         if (PyErr_Occurred() || launch == NULL || launch_ex == NULL) {
             PyErr_Clear();
             return LP_FALLBACK;

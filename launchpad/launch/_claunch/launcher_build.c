@@ -1,10 +1,26 @@
-/* How a Launcher is built: the plan the Python side computed (launchpad/launch/executor.py: the ops,
- * one per argument, the parameter offsets, the launch plan) parsed once into C structs, and the
- * Launcher's lifetime (GC traversal, clearing, deallocation). The launch itself: launcher.c.
+/* How a Launcher is built: the plan the Python side computed (launchpad/launch/executor.py: a
+ * LauncherTable of launchpad/launch/layouts.py, with the ops, one per argument, the parameter offsets,
+ * the launch plan) read by name and parsed once into C structs, and the Launcher's lifetime (GC
+ * traversal, clearing, deallocation). The launch itself: launcher.c.
  */
 #include "claunch.h"
 
 #include <string.h>
+
+/* What is read of each layout, by name (lp_named); each list's order is its parse format's. */
+const char *const LP_SLOT_FIELDS[] = {"offset", "size", "kind", NULL};  /* "III" */
+/* "iiOOILLLisiOO" */
+const char *const LP_OP_FIELDS[] = {"kind", "position", "sub", "slots", "dtype", "align", "multiple_of", "size",
+                                    "ndim", "layout", "flags", "obj", "arg", NULL};
+const char *const LP_HOOK_FIELDS[] = {"dict", "names", "calls", NULL};  /* "O!O!O!" */
+/* launchpad.core.spec.LaunchPlan's, "OiOOppppl" */
+const char *const LP_PLAN_FIELDS[] = {"block", "shared_mem", "grid_scale", "cluster", "cluster_spread",
+                                      "cooperative", "pdl", "oversized_shared", "max_grid", NULL};
+/* "O!O!nnnOO!OOOOOOOOOO!" */
+const char *const LP_LAUNCHER_FIELDS[] = {"ops", "offsets", "buffer_size", "nargs_min", "nargs_max", "plan",
+                                          "entries", "entry_fn", "python_launch", "get_device", "get_stream",
+                                          "scratch", "same_value", "coresident", "ctx", "hooks", "tensor_types",
+                                          NULL};
 
 static int parse_slots(PyObject *seq, Op *op) {
     if (!PyTuple_Check(seq)) {
@@ -19,7 +35,10 @@ static int parse_slots(PyObject *seq, Op *op) {
     }
     for (Py_ssize_t i = 0; i < op->nslots; i++) {
         unsigned int offset, size, kind;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(seq, i), "III", &offset, &size, &kind)) return -1;
+        PyObject *t = lp_named(PyTuple_GET_ITEM(seq, i), LP_SLOT_FIELDS, "Slot");
+        int ok = t != NULL && PyArg_ParseTuple(t, "III", &offset, &size, &kind);
+        Py_XDECREF(t);
+        if (!ok) return -1;
         /* a size of 0: a value OP_TILE_ARRAY checks but does not pass (a CuTe DSL tensor's static mode) */
         if (kind > SK_UNTYPED || (size == 0 && op->kind != OP_TILE_ARRAY) || size > LP_MAX_PARAM_BYTES) {
             PyErr_Format(PyExc_ValueError, "bad slot (%u, %u, %u)", offset, size, kind);
@@ -81,8 +100,8 @@ static int parse_warp_element(PyObject *obj, Op *op) {
     return 0;
 }
 
-/* (kind, position, sub, slots, dtype, align, multiple_of, size, ndim, layout, flags, obj, arg) */
-static int parse_op(PyObject *t, Op *op) {
+/* An Op's fields, as LP_OP_FIELDS orders them (the tuple lp_named made). */
+static int parse_op_fields(PyObject *t, Op *op) {
     int kind, position, ndim, flags;
     unsigned int dtype;
     long long align, multiple_of, size;
@@ -130,6 +149,14 @@ static int parse_op(PyObject *t, Op *op) {
     return 0;
 }
 
+static int parse_op(PyObject *named, Op *op) {
+    PyObject *t = lp_named(named, LP_OP_FIELDS, "Op");
+    if (t == NULL) return -1;
+    int r = parse_op_fields(t, op);
+    Py_DECREF(t);
+    return r;
+}
+
 static int parse_dims(PyObject *obj, int out[3], const char *what) {
     out[0] = out[1] = out[2] = 0;
     if (obj == Py_None) return 0;
@@ -154,18 +181,31 @@ static void Launcher_clear_ops(Launcher *self) {
 }
 
 
+static PyObject *launcher_new(PyTypeObject *type, PyObject *t);
+
+/* Launcher(table): a LauncherTable (launchpad/launch/layouts.py), read by name. */
 PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
-    PyObject *ops, *offsets, *plan, *entries, *entry_fn, *python_launch, *get_device, *get_stream, *scratch_fn;
-    PyObject *same_value, *coresident, *ctx, *hooks, *tensor_types;
-    Py_ssize_t buffer_size, nargs_min, nargs_max;
-    if (kw != NULL && PyDict_GET_SIZE(kw)) {
-        PyErr_SetString(PyExc_TypeError, "Launcher takes positional arguments only");
+    PyObject *table;
+    if ((kw != NULL && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(a, "O:Launcher", &table)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Launcher takes one LauncherTable");
         return NULL;
     }
-    if (!PyArg_ParseTuple(a, "O!O!nnnO!O!OOOOOOOOOO!", &PyTuple_Type, &ops, &PyTuple_Type, &offsets, &buffer_size,
-                          &nargs_min, &nargs_max, &PyTuple_Type, &plan, &PyDict_Type, &entries, &entry_fn,
-                          &python_launch, &get_device, &get_stream, &scratch_fn, &same_value, &coresident, &ctx,
-                          &hooks, &PyTuple_Type, &tensor_types))
+    PyObject *t = lp_named(table, LP_LAUNCHER_FIELDS, "LauncherTable");
+    if (t == NULL) return NULL;
+    PyObject *self = launcher_new(type, t);
+    Py_DECREF(t);
+    return self;
+}
+
+/* The LauncherTable's fields, as LP_LAUNCHER_FIELDS orders them. */
+static PyObject *launcher_new(PyTypeObject *type, PyObject *t) {
+    PyObject *ops, *offsets, *plan_obj, *entries, *entry_fn, *python_launch, *get_device, *get_stream, *scratch_fn;
+    PyObject *same_value, *coresident, *ctx, *hooks, *tensor_types, *plan = NULL, *hook_fields = NULL;
+    Py_ssize_t buffer_size, nargs_min, nargs_max;
+    if (!PyArg_ParseTuple(t, "O!O!nnnOO!OOOOOOOOOO!", &PyTuple_Type, &ops, &PyTuple_Type, &offsets, &buffer_size,
+                          &nargs_min, &nargs_max, &plan_obj, &PyDict_Type, &entries, &entry_fn, &python_launch,
+                          &get_device, &get_stream, &scratch_fn, &same_value, &coresident, &ctx, &hooks,
+                          &PyTuple_Type, &tensor_types))
         return NULL;
     Launcher *self = (Launcher *)type->tp_alloc(type, 0);
     if (self == NULL) return NULL;
@@ -185,7 +225,8 @@ PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     if (self->name == NULL) goto fail;
     if (hooks != Py_None) {
         PyObject *dict, *hook_names, *hook_calls;
-        if (!PyArg_ParseTuple(hooks, "O!O!O!", &PyDict_Type, &dict, &PyTuple_Type, &hook_names, &PyTuple_Type,
+        if ((hook_fields = lp_named(hooks, LP_HOOK_FIELDS, "HookCheck")) == NULL) goto fail;
+        if (!PyArg_ParseTuple(hook_fields, "O!O!O!", &PyDict_Type, &dict, &PyTuple_Type, &hook_names, &PyTuple_Type,
                               &hook_calls) ||
             PyTuple_GET_SIZE(hook_names) != PyTuple_GET_SIZE(hook_calls))
             goto fail_hooks;
@@ -222,7 +263,8 @@ PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     }
     PyObject *block, *scale, *cluster;
     long max_grid = 0;  /* the plan's limit per grid dimension; 0 (or left out): the device's alone */
-    if (!PyArg_ParseTuple(plan, "OiOOpppp|l", &block, &self->shared_default, &scale, &cluster, &self->spread,
+    if ((plan = lp_named(plan_obj, LP_PLAN_FIELDS, "LaunchPlan")) == NULL ||
+        !PyArg_ParseTuple(plan, "OiOOppppl", &block, &self->shared_default, &scale, &cluster, &self->spread,
                           &self->cooperative, &self->pdl, &self->oversized, &max_grid) ||
         parse_dims(block, self->fixed_block, "block") < 0 || parse_dims(scale, self->scale, "grid scale") < 0 ||
         parse_dims(cluster, self->cluster, "cluster") < 0)
@@ -253,10 +295,14 @@ PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
             }
         }
     }
+    Py_DECREF(plan);
+    Py_XDECREF(hook_fields);
     return (PyObject *)self;
 fail_hooks:
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "hooks must be (dict, names, calls lists)");
 fail:
+    Py_XDECREF(plan);
+    Py_XDECREF(hook_fields);
     Py_DECREF(self);
     return NULL;
 }

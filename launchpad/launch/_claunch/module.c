@@ -4,6 +4,71 @@
 
 PyObject *lp_str_stream, *lp_str_shared_mem, *lp_str_calls;
 
+/* --- the layouts read by name (see claunch.h and launchpad/launch/layouts.py) -------------------- */
+
+/* The fields each layout's reader reads, by layout name: exported as LAYOUTS for the test that
+ * compares them with the Python NamedTuples (tests/test_layouts.py). */
+static const struct { const char *name; const char *const *fields; } LAYOUTS[] = {
+    {"Slot", LP_SLOT_FIELDS},
+    {"Op", LP_OP_FIELDS},
+    {"HookCheck", LP_HOOK_FIELDS},
+    {"LaunchPlan", LP_PLAN_FIELDS},
+    {"LauncherTable", LP_LAUNCHER_FIELDS},
+    {"Entry", LP_ENTRY_FIELDS},
+    {"ReplayUse", LP_REPLAY_USE_FIELDS},
+    {"ReplayInput", LP_REPLAY_INPUT_FIELDS},
+    {"ReplayOutput", LP_REPLAY_OUTPUT_FIELDS},
+    {"DeviceTarget", LP_DEVICE_TARGET_FIELDS},
+    {"KernelTarget", LP_KERNEL_TARGET_FIELDS},
+    {"CopyTarget", LP_COPY_TARGET_FIELDS},
+    {"GraphEntryPoints", LP_GRAPH_ENTRY_FIELDS},
+    {"Ring", LP_RING_FIELDS},
+    {"Staged", LP_STAGED_FIELDS},
+    {"ReplayTables", LP_REPLAY_FIELDS},
+};
+
+static Py_ssize_t count_fields(const char *const *fields) {
+    Py_ssize_t n = 0;
+    while (fields[n] != NULL) n++;
+    return n;
+}
+
+PyObject *lp_named(PyObject *obj, const char *const *fields, const char *layout) {
+    Py_ssize_t n = count_fields(fields);
+    PyObject *t = PyTuple_New(n);
+    if (t == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyObject_GetAttrString(obj, fields[i]);
+        if (v == NULL) {
+            if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+                PyErr_Clear();
+                PyErr_Format(PyExc_TypeError, "a %s needs the field %s (%.100s has none)", layout, fields[i],
+                             Py_TYPE(obj)->tp_name);
+            }
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, i, v);
+    }
+    return t;
+}
+
+static PyObject *layouts_dict(void) {
+    PyObject *d = PyDict_New();
+    for (size_t k = 0; d != NULL && k < sizeof LAYOUTS / sizeof LAYOUTS[0]; k++) {
+        Py_ssize_t n = count_fields(LAYOUTS[k].fields);
+        PyObject *t = PyTuple_New(n);
+        for (Py_ssize_t i = 0; t != NULL && i < n; i++) {
+            PyObject *name = PyUnicode_FromString(LAYOUTS[k].fields[i]);
+            if (name == NULL) Py_CLEAR(t);
+            else PyTuple_SET_ITEM(t, i, name);
+        }
+        if (t == NULL || PyDict_SetItemString(d, LAYOUTS[k].name, t) < 0) Py_CLEAR(d);
+        Py_XDECREF(t);
+    }
+    return d;
+}
+
 /* Whether LAUNCHPAD_NO_FALLBACK is set (not "" nor "0"): read on the fallback path only. */
 static int no_fallback(void) {
     const char *v = getenv("LAUNCHPAD_NO_FALLBACK");
@@ -128,6 +193,10 @@ static int module_exec(PyObject *m) {
         if (PyModule_AddObjectRef(m, name, (PyObject *)types[i]) < 0) return -1;
     }
     if (PyModule_AddIntConstant(m, "DLPACK_MAJOR", 1) < 0) return -1;
+    PyObject *layouts = layouts_dict();
+    int added = layouts != NULL ? PyModule_AddObjectRef(m, "LAYOUTS", layouts) : -1;
+    Py_XDECREF(layouts);
+    if (added < 0) return -1;
     return 0;
 }
 

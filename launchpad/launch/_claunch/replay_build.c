@@ -4,11 +4,47 @@
  * slot; so a replay never writes outside a block or a slot. */
 #include "replay.h"
 
+#include <stdarg.h>
+
+/* What is read of each table, by name (lp_named; launchpad/launch/layouts.py): each list's order is
+ * its parse format's. */
+const char *const LP_REPLAY_USE_FIELDS[] = {"target", "offset", "size", "kind", "delta", "align", "multiple_of",
+                                            "entry", NULL};  /* "IIIILLLi" */
+const char *const LP_REPLAY_INPUT_FIELDS[] = {"name", "is_tensor", "dtype", "shape", "strides", "uses",
+                                              "python_only", NULL};  /* "UpIO!O!Op" */
+const char *const LP_REPLAY_OUTPUT_FIELDS[] = {"allocate", "uses", NULL};  /* "OO" */
+const char *const LP_DEVICE_TARGET_FIELDS[] = {"kind", "handle", "size", NULL};  /* "iKn" */
+const char *const LP_KERNEL_TARGET_FIELDS[] = {"kind", "handle", "function", "grid", "block", "shared_mem", "context",
+                                               "blob", "pointers", NULL};  /* "iKK(III)(III)IKYK" */
+const char *const LP_COPY_TARGET_FIELDS[] = {"kind", "handle", "blob", "context", NULL};  /* "iKYK" */
+const char *const LP_GRAPH_ENTRY_FIELDS[] = {"set_params", "graph_launch", "set_memcpy", "set_memset",
+                                             "is_capturing", NULL};  /* "KKKKK" */
+const char *const LP_RING_FIELDS[] = {"address", "slots", "capacity", NULL};  /* "KKK" */
+const char *const LP_STAGED_FIELDS[] = {"address", "words", NULL};  /* "Kn" */
+/* "O!O!O!KiOKKOOO!OOOOO!OnpO" */
+const char *const LP_REPLAY_FIELDS[] = {"inputs", "targets", "outputs", "exec", "device", "entry_points",
+                                        "ctx_get_device", "counters", "ring", "staged", "current", "fallback", "build",
+                                        "lock", "keep", "tensor_types", "get_stream", "positional", "snapshot",
+                                        "launch", NULL};
+
+/* ``named``'s fields (``fields``) parsed with ``format`` into the pointers that follow; -1 with an exception. */
+static int parse_named(PyObject *named, const char *const *fields, const char *layout, const char *format, ...) {
+    PyObject *t = lp_named(named, fields, layout);
+    if (t == NULL) return -1;
+    va_list va;
+    va_start(va, format);
+    int ok = PyArg_VaParse(t, format, va);
+    va_end(va);
+    Py_DECREF(t);
+    return ok ? 0 : -1;
+}
+
 static int parse_use(PyObject *t, Use *use, const Replay *self) {
     unsigned int target, offset, size, kind;
     long long delta, align, multiple_of;
     int entry;
-    if (!PyArg_ParseTuple(t, "IIIILLLi", &target, &offset, &size, &kind, &delta, &align, &multiple_of, &entry))
+    if (parse_named(t, LP_REPLAY_USE_FIELDS, "ReplayUse", "IIIILLLi", &target, &offset, &size, &kind, &delta, &align,
+                    &multiple_of, &entry) < 0)
         return -1;
     if (target >= self->ntargets || size == 0 || size > 8 || kind > SK_UNTYPED ||
         (Py_ssize_t)offset + (Py_ssize_t)size > self->targets[target].size || entry < -1 ||
@@ -36,21 +72,35 @@ static int parse_uses(PyObject *tuple, Py_ssize_t *first, Py_ssize_t *n, Py_ssiz
     return 0;
 }
 
-/* How many uses the inputs' and outputs' tables hold (item ``item`` of each entry). */
-static Py_ssize_t count_uses(PyObject *table, Py_ssize_t item) {
+/* How many uses the inputs' and outputs' tables hold (the ``uses`` of each). */
+static Py_ssize_t count_uses(PyObject *table) {
     Py_ssize_t n = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(table); i++) {
-        PyObject *entry = PyTuple_GET_ITEM(table, i);
-        if (!PyTuple_Check(entry) || PyTuple_GET_SIZE(entry) <= item || !PyTuple_Check(PyTuple_GET_ITEM(entry, item))) {
-            PyErr_SetString(PyExc_TypeError, "an input or output is a tuple holding a tuple of uses");
+        PyObject *uses = PyObject_GetAttrString(PyTuple_GET_ITEM(table, i), "uses");
+        if (uses == NULL || !PyTuple_Check(uses)) {
+            Py_XDECREF(uses);
+            PyErr_Clear();
+            PyErr_SetString(PyExc_TypeError, "an input or output holds a tuple of uses");
             return -1;
         }
-        n += PyTuple_GET_SIZE(PyTuple_GET_ITEM(entry, item));
+        n += PyTuple_GET_SIZE(uses);
+        Py_DECREF(uses);
     }
     return n;
 }
 
-static int parse_input(PyObject *t, Input *in, Py_ssize_t *at, Replay *self) {
+static int parse_input_fields(PyObject *t, Input *in, Py_ssize_t *at, Replay *self);
+
+static int parse_input(PyObject *named, Input *in, Py_ssize_t *at, Replay *self) {
+    PyObject *t = lp_named(named, LP_REPLAY_INPUT_FIELDS, "ReplayInput");
+    if (t == NULL) return -1;
+    int r = parse_input_fields(t, in, at, self);
+    Py_DECREF(t);
+    return r;
+}
+
+/* A ReplayInput's fields, as LP_REPLAY_INPUT_FIELDS orders them. */
+static int parse_input_fields(PyObject *t, Input *in, Py_ssize_t *at, Replay *self) {
     PyObject *name, *shape, *strides, *uses;
     unsigned int dtype;
     if (!PyArg_ParseTuple(t, "UpIO!O!Op", &name, &in->is_tensor, &dtype, &PyTuple_Type, &shape, &PyTuple_Type,
@@ -83,25 +133,28 @@ static int parse_target(PyObject *t, Target *target) {
     Py_ssize_t size;
     PyObject *blob;
     int kind;
-    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) < 1 || (kind = (int)PyLong_AsLong(PyTuple_GET_ITEM(t, 0))) < 0) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "a target is a tuple (kind, ...)");
+    PyObject *kind_obj = PyObject_GetAttrString(t, "kind");
+    kind = kind_obj != NULL ? (int)PyLong_AsLong(kind_obj) : -1;
+    Py_XDECREF(kind_obj);
+    if (kind < 0) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "a target's kind is not negative");
         return -1;
     }
     target->kind = kind;
     NodeParams *p = &target->params;
     if (kind == T_DEVICE) {
-        if (!PyArg_ParseTuple(t, "iKn", &kind, &handle, &size)) return -1;
+        if (parse_named(t, LP_DEVICE_TARGET_FIELDS, "DeviceTarget", "iKn", &kind, &handle, &size) < 0) return -1;
         target->size = size;
     } else if (kind == T_KERNEL) {
-        if (!PyArg_ParseTuple(t, "iKK(III)(III)IKYK", &kind, &handle, &function, &p->grid[0], &p->grid[1],
-                              &p->grid[2], &p->block[0], &p->block[1], &p->block[2], &p->shared_mem, &context, &blob,
-                              &pointers))
+        if (parse_named(t, LP_KERNEL_TARGET_FIELDS, "KernelTarget", "iKK(III)(III)IKYK", &kind, &handle, &function,
+                        &p->grid[0], &p->grid[1], &p->grid[2], &p->block[0], &p->block[1], &p->block[2],
+                        &p->shared_mem, &context, &blob, &pointers) < 0)
             return -1;
         p->func = (CUfunction)(uintptr_t)function;
         p->ctx = (void *)(uintptr_t)context;
         p->kernel_params = (void **)(uintptr_t)pointers;
     } else if (kind == T_MEMCPY || kind == T_MEMSET) {
-        if (!PyArg_ParseTuple(t, "iKYK", &kind, &handle, &blob, &context)) return -1;
+        if (parse_named(t, LP_COPY_TARGET_FIELDS, "CopyTarget", "iKYK", &kind, &handle, &blob, &context) < 0) return -1;
         target->ctx = (void *)(uintptr_t)context;
     } else {
         PyErr_Format(PyExc_ValueError, "unknown target kind %d", kind);
@@ -158,25 +211,38 @@ static void Replay_free(Replay *self) {
     self->entry_use = NULL;
 }
 
-/* Replay(inputs, targets, outputs, exec, device, entry_points, ctx_get_device, state, ring, staged,
- *        current, fallback, build, lock, keep, tensor_types, get_stream, positional, snapshot, launch):
- * see launchpad/sequences/creplay.py. */
+static PyObject *replay_new(PyTypeObject *type, PyObject *t);
+
+/* Replay(tables): a ReplayTables (launchpad/launch/layouts.py, built by launchpad/sequences/creplay.py),
+ * read by name. */
 static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
+    PyObject *tables;
+    if ((kw != NULL && PyDict_GET_SIZE(kw)) || !PyArg_ParseTuple(a, "O:Replay", &tables)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Replay takes one ReplayTables");
+        return NULL;
+    }
+    PyObject *t = lp_named(tables, LP_REPLAY_FIELDS, "ReplayTables");
+    if (t == NULL) return NULL;
+    PyObject *self = replay_new(type, t);
+    Py_DECREF(t);
+    return self;
+}
+
+/* The ReplayTables' fields, as LP_REPLAY_FIELDS orders them. */
+static PyObject *replay_new(PyTypeObject *type, PyObject *a) {
     PyObject *inputs, *targets, *outputs, *ring, *current, *fallback_fn, *build, *lock, *keep, *tensor_types,
-        *get_stream, *launch;
+        *get_stream, *launch, *entry_points, *staged_table;
     unsigned long long exec, set_params, graph_launch, set_memcpy, set_memset, is_capturing, ctx_get_device, state,
         staged;
     Py_ssize_t nstaged, positional;
     int device, snapshot;
-    if (kw != NULL && PyDict_GET_SIZE(kw)) {
-        PyErr_SetString(PyExc_TypeError, "Replay takes positional arguments only");
-        return NULL;
-    }
-    if (!PyArg_ParseTuple(a, "O!O!O!Ki(KKKKK)KKO(Kn)O!OOOOO!OnpO", &PyTuple_Type, &inputs, &PyTuple_Type, &targets,
-                          &PyTuple_Type, &outputs, &exec, &device, &set_params, &graph_launch, &set_memcpy,
-                          &set_memset, &is_capturing, &ctx_get_device, &state, &ring, &staged, &nstaged, &PyList_Type,
-                          &current, &fallback_fn, &build, &lock, &keep, &PyTuple_Type, &tensor_types, &get_stream,
-                          &positional, &snapshot, &launch))
+    if (!PyArg_ParseTuple(a, "O!O!O!KiOKKOOO!OOOOO!OnpO", &PyTuple_Type, &inputs, &PyTuple_Type, &targets,
+                          &PyTuple_Type, &outputs, &exec, &device, &entry_points, &ctx_get_device, &state, &ring,
+                          &staged_table, &PyList_Type, &current, &fallback_fn, &build, &lock, &keep, &PyTuple_Type,
+                          &tensor_types, &get_stream, &positional, &snapshot, &launch) ||
+        parse_named(entry_points, LP_GRAPH_ENTRY_FIELDS, "GraphEntryPoints", "KKKKK", &set_params, &graph_launch,
+                    &set_memcpy, &set_memset, &is_capturing) < 0 ||
+        parse_named(staged_table, LP_STAGED_FIELDS, "Staged", "Kn", &staged, &nstaged) < 0)
         return NULL;
     if (!set_params || !graph_launch || !set_memcpy || !set_memset || !is_capturing || !state || !staged ||
         PyList_GET_SIZE(current) != PyTuple_GET_SIZE(inputs) || positional < 0 ||
@@ -216,7 +282,7 @@ static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         goto fail;
     if (ring != Py_None) {
         unsigned long long address;
-        if (!PyArg_ParseTuple(ring, "KKK", &address, &self->slots, &self->capacity)) goto fail;
+        if (parse_named(ring, LP_RING_FIELDS, "Ring", "KKK", &address, &self->slots, &self->capacity) < 0) goto fail;
         self->ring = (uint64_t *)(uintptr_t)address;
         if (self->ring == NULL || self->slots == 0) {
             PyErr_SetString(PyExc_ValueError, "a ring needs its memory and slots");
@@ -226,7 +292,7 @@ static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
     self->ntargets = PyTuple_GET_SIZE(targets);
     self->ninputs = PyTuple_GET_SIZE(inputs);
     self->noutputs = PyTuple_GET_SIZE(outputs);
-    Py_ssize_t in_uses = count_uses(inputs, 5), out_uses = in_uses < 0 ? -1 : count_uses(outputs, 1);
+    Py_ssize_t in_uses = count_uses(inputs), out_uses = in_uses < 0 ? -1 : count_uses(outputs);
     if (out_uses < 0) goto fail;
     self->nuses = in_uses + out_uses;
     if (nstaged != self->nuses || self->nuses > UINT32_MAX) {
@@ -253,10 +319,15 @@ static PyObject *Replay_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
         if (parse_input(PyTuple_GET_ITEM(inputs, i), &self->inputs[i], &at, self) < 0) goto fail;
     }
     for (Py_ssize_t s = 0; s < self->noutputs; s++) {
-        PyObject *allocate, *uses;
-        if (!PyArg_ParseTuple(PyTuple_GET_ITEM(outputs, s), "OO", &allocate, &uses)) goto fail;
-        self->outputs[s].allocate = Py_NewRef(allocate);
-        if (parse_uses(uses, &self->outputs[s].first, &self->outputs[s].nuses, &at, self) < 0) goto fail;
+        PyObject *allocate, *uses, *fields = lp_named(PyTuple_GET_ITEM(outputs, s), LP_REPLAY_OUTPUT_FIELDS, "ReplayOutput");
+        if (fields == NULL) goto fail;
+        int ok = PyArg_ParseTuple(fields, "OO", &allocate, &uses);
+        if (ok) {
+            self->outputs[s].allocate = Py_NewRef(allocate);
+            ok = parse_uses(uses, &self->outputs[s].first, &self->outputs[s].nuses, &at, self) == 0;
+        }
+        Py_DECREF(fields);
+        if (!ok) goto fail;
     }
     if (index_entries(self) < 0) goto fail;
     self->block_size = lp_replay_block_size(self);
