@@ -51,7 +51,12 @@ class _Setup:
             raise Missing(f"no Warp artifact at {path} (python tests/warp_kernels.py writes it where warp-lang is "
                           "installed)")  # fmt: skip
         torch = ctx.torch
-        self.lp = launchpad.load(path)
+        from launchpad.frontends.warp.kernel import WarpKernel
+
+        loaded = launchpad.load(path)
+        if not isinstance(loaded, WarpKernel):
+            raise Missing(f"{path} is not a Warp artifact")
+        self.lp: WarpKernel = loaded
         self.x = torch.randn(N, device=ctx.device)
         self.y0 = torch.randn(N, device=ctx.device)
         self.y = self.y0.clone()
