@@ -15,7 +15,7 @@ static PyObject *Configured_vectorcall(PyObject *o, PyObject *const *args, size_
     Py_ssize_t n = PyVectorcall_NARGS(nargsf);
     if (kwnames == NULL || PyTuple_GET_SIZE(kwnames) == 0)
         return lp_launch(self->launcher, self->grid, self->block, args, n, self->stream, self->shared_mem);
-    /* keywords: the Python executor, with the configuration's options added */
+    /* keywords: the Python executor, with the configuration's options added (a fallback, counted) */
     PyObject *kw = PyDict_New();
     PyObject *pos = PyTuple_New(n + 2);
     PyObject *r = NULL;
@@ -28,7 +28,8 @@ static PyObject *Configured_vectorcall(PyObject *o, PyObject *const *args, size_
         goto out;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); i++)
         if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[n + i]) < 0) goto out;
-    r = PyObject_Call(self->launcher->python_launch, pos, kw);
+    self->launcher->fallbacks++;
+    r = lp_fell_back(PyObject_Call(self->launcher->python_launch, pos, kw), self->launcher->name);
 out:
     Py_XDECREF(kw);
     Py_XDECREF(pos);
