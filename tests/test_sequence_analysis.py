@@ -318,6 +318,23 @@ def test_a_step_whose_compile_waits_for_the_host_is_warmed_up_again_unchecked(mo
     assert runs[:2] == [1, 1]  # the second run went without the check
     seq(f32())
 
+    # a backward AOTAutograd compiles at the first backward(): the error comes from Inductor's compile_fx
+    namespace: dict = {}
+    exec(compile("def compile_fx():\n    raise RuntimeError('called a synchronizing CUDA operation')\n",
+                 "/site-packages/torch/_inductor/compile_fx.py", "exec"), namespace)  # fmt: skip
+    runs.clear()
+
+    def backward_compiles(x):
+        runs.append(len(checked))
+        if len(runs) == 1:
+            namespace["compile_fx"]()
+        out = graphs.pool(torch.empty(N))
+        scale[1, N](out, x, 2.0, N)
+        return out
+
+    graphs.record(backward_compiles, f32())
+    assert runs[1] == runs[0]  # the second run went without the check
+
     def waits(x):
         raise RuntimeError("called a synchronizing CUDA operation")
 

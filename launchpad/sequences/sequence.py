@@ -221,7 +221,7 @@ def _warm_up(fn: Callable[..., Any], values: dict[str, Any], device: int) -> boo
         except RuntimeError as exc:
             if "synchroniz" not in str(exc):
                 raise
-            compiling = type(exc).__name__ == "BackendCompilerFailed"  # (torch.compile's backend: it compiles again)
+            compiling = _in_inductor_compile(exc)  # (torch.compile's backend: the compile runs again)
             if attempt == 0 and (compiling or _in_triton(exc)):  # Triton tunes on first use, torch.compile compiles
                 continue  # (both wait for the host): again, the compile unchecked (Triton's tuning is done)
             raise RecordError(
@@ -249,6 +249,15 @@ def _random_offset(device: int) -> int:
 
 def _in_triton(exc: BaseException) -> bool:
     return any("/triton/" in f.filename for f in traceback.extract_tb(exc.__traceback__))
+
+
+def _in_inductor_compile(exc: BaseException) -> bool:
+    """Whether ``exc`` came from Inductor compiling: Dynamo's ``BackendCompilerFailed`` (a forward, at
+    the first call), or a frame of ``torch/_inductor/compile_fx.py`` (also a backward AOTAutograd
+    compiles at the first ``backward()``)."""
+    if type(exc).__name__ == "BackendCompilerFailed":
+        return True
+    return any("/torch/_inductor/compile_fx" in f.filename for f in traceback.extract_tb(exc.__traceback__))
 
 
 def _specialized(take: Callable[..., Capture], fn: Callable[..., Any], values: dict[str, Any], name: str,
