@@ -18,6 +18,9 @@ import launchpad as lp
 import launchpad.errors as errors
 
 PACKAGE = Path(lp.__file__).resolve().parent
+#: The checkout's (or, for the installed wheel's tests, the folder the tests were copied into beside
+#: docs/ and README.md): not the package's parent, which is site-packages there.
+ROOT = Path(__file__).resolve().parents[1]
 
 #: What ``import launchpad`` loads beyond what ``import torch`` did: the errors, and the hook that
 #: registers launches with torch.compile once Dynamo is imported. Front ends, the Kernel, recorded
@@ -215,7 +218,7 @@ def test_every_raise_derives_from_a_builtin_as_the_docs_say():
     assert not wrong, wrong
     grown = {f: n for f, n in bare.items() if n > BARE.get(f, 0)}
     assert not grown, f"raise LaunchpadError(...) itself, where docs/errors.md gives a class with a builtin: {grown}"
-    page = (PACKAGE.parent / "docs" / "errors.md").read_text()
+    page = (ROOT / "docs" / "errors.md").read_text()
     assert "`LaunchpadError` itself" in page
 
 
@@ -265,10 +268,9 @@ def test_bench_without_a_gpu_prints_rows_only_for_what_it_measured():
 
 
 def test_the_overview_lists_every_front_end_the_readme_lists():
-    root = PACKAGE.parent
-    readme, index = (root / "README.md").read_text(), (root / "docs" / "index.md").read_text()
+    readme, index = (ROOT / "README.md").read_text(), (ROOT / "docs" / "index.md").read_text()
     folders = [p.name for p in (PACKAGE / "frontends").iterdir() if (p / "__init__.py").is_file()]
-    pages = [f"{name}.md" for name in folders if (root / "docs" / f"{name}.md").is_file()]
+    pages = [f"{name}.md" for name in folders if (ROOT / "docs" / f"{name}.md").is_file()]
     assert len(pages) >= 5
     for page in pages:
         if f"(docs/{page})" in readme:
