@@ -283,6 +283,47 @@ def test_a_host_leftover_a_third_capture_gives_back_hides_no_output(module, grap
     assert graphs.reads(seq, seq.nodes - 1)[:8] == struct.pack("<Q", got.data_ptr())
 
 
+@pytest.mark.parametrize("where", ["the kept capture alone", "every capture"])
+def test_a_host_leftover_pointing_into_an_input_in_the_kept_capture(module, graphs, monkeypatch, where):
+    """The unused dimensions of torch's ``OffsetCalculator`` hold what the host left there, which can
+    be an address inside an input, by chance, in the kept capture alone (seen on an H100, in an MSE
+    backward after a compiled forward): the other captures of the same run, the input at the same
+    address, hold other bytes there, so the node does not read the input through them, and the step
+    records and replays. A word that points into the input in every capture may be read: refused."""
+    from launchpad.sequences import sequence as _sequence
+
+    scale = graphs.fake.install(module["scale"])
+    keep, kept = _sequence.keep, []
+
+    def counting_keep(*args, **kwargs):
+        kept.append(0)
+        return keep(*args, **kwargs)
+
+    monkeypatch.setattr(_sequence, "keep", counting_keep)
+    calls = [0]
+
+    def step(x):
+        leftover = 0x7FFD_1234_5670
+        if kept:  # the kept capture's twin, control, third capture and the kept one itself
+            calls[0] += 1
+            if where == "every capture" or calls[0] % 4 == 0:
+                leftover = x.data_ptr() + 8 * (calls[0] % 4)
+        out = graphs.pool(torch.empty(N))
+        graphs.foreign("at::native::elementwise_kernel<OffsetCalculator<3>>", (16, struct.pack("<QQ", 0, leftover)))
+        scale[1, N](out, x, 2.0, N)
+        return out
+
+    if where == "every capture":
+        with pytest.raises(lp.RecordError, match="points into it but did not move with it"):
+            graphs.record(step, f32())
+        return
+    seq = graphs.record(step, f32())
+    for value in (3.0, -1.5):
+        x = f32(value=value)
+        got = seq(x)
+        assert graphs.reads(seq, seq.nodes - 1)[:16] == struct.pack("<QQ", got.data_ptr(), x.data_ptr())
+
+
 def test_a_step_whose_compile_waits_for_the_host_is_warmed_up_again_unchecked(module, graphs, monkeypatch):
     """torch.compile's Inductor synchronizes while it compiles (constant folding): under the warm-up's
     sync check the compile fails (``BackendCompilerFailed``) before the step did anything, so the step

@@ -46,6 +46,7 @@ CHECK_STEPS = 5
 RTOL = 1e-4  # eager, torch's graph, launchpad.record: the same kernels
 COMPILE_RTOL = 1e-3  # torch.compile: inductor's fused kernels round differently
 GRAPH = "torch_graph"  # the variant the ratios are to
+FIRST_PHASE = (GRAPH, "record", "graph_alone")  # timed together, interleaved
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
@@ -180,7 +181,10 @@ def eager(work: Workload) -> Timed:
     return work.timed(t.step, "the step as written")
 
 
-def torch_graph(work: Workload) -> Timed:
+def torch_graph(work: Workload, copies: bool = True) -> Timed:
+    """torch's graph of the step, the batch copied into its static inputs first; without ``copies``,
+    the graph replayed alone: no training step (each replay trains on the captured batch again) but
+    the host cost of launching this graph, under any replay of it."""
     torch, t = work.torch, Trainer(work)
     x_s, y_s = (v.clone() for v in work.batches[0])
     side = torch.cuda.Stream()
@@ -206,6 +210,13 @@ def torch_graph(work: Workload) -> Timed:
         graph.replay()
         return loss_s
 
+    if not copies:
+
+        def launch_alone(x: Any, y: Any, trainer: Trainer = t) -> Any:
+            graph.replay()
+            return loss_s
+
+        return work.timed(launch_alone, "graph.replay() alone, no copies: the host cost of launching the graph")
     work.check(GRAPH, t, replay, RTOL)
     return work.timed(replay, "x_s.copy_(x); y_s.copy_(y); graph.replay(); the loss is the static tensor")
 
@@ -252,6 +263,8 @@ VARIANTS: tuple[tuple[str, str, str, Callable[[Workload], Timed]], ...] = (
     ("eager", "eager", "peer", eager),
     (GRAPH, "torch CUDAGraph of the step after copy_ of x, y", "peer", torch_graph),
     ("record", "launchpad.record(step, x, y): seq(x, y)", "launchpad", recorded),
+    ("graph_alone", "torch CUDAGraph replayed alone (no copies; not a training step)", "peer",
+     functools.partial(torch_graph, copies=False)),
     ("compile_forward", "torch.compile(forward + loss, reduce-overhead); backward(), AdamW step() called eagerly", "peer",
      functools.partial(compiled, whole=False)),
     ("compile_step", "torch.compile(whole step, AdamW included, reduce-overhead)", "peer",
@@ -334,8 +347,8 @@ def _one_model(name: str, make: Callable[[str], Any], listed: Callable[[Any], li
     # Phases, each set up after the last one's graphs and compiled code went, so that no variant's
     # memory pool or graph trees weigh on another's timing; the ratios stay within one run.
     for phase in (
-        [e for e in entries if _variant(e) in (GRAPH, "record")],
-        [e for e in entries if _variant(e) not in (GRAPH, "record") and not _compiled(e)],
+        [e for e in entries if _variant(e) in FIRST_PHASE],
+        [e for e in entries if _variant(e) not in FIRST_PHASE and not _compiled(e)],
         [e for e in entries if _compiled(e)],
     ):
         launchers, set_up = harness.set_up(phase, None, sync=sync, log=log)

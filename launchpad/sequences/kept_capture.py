@@ -82,6 +82,8 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
         storages(plan, firsts, final, control, twin, copied, is_pointer, third)
+        # (the control and the third capture are kept until the inputs are verified: they tell the host's leftovers)
+        others: tuple[_capture.Capture, ...] = (control, third)
         del twin, control, third
         need = {k for k, s in enumerate(plan.storages) if s.copy} - copied
         if ring is not None and _capacity(plan) > ring.capacity:  # (the updater's arguments hold the ring: again)
@@ -89,6 +91,7 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
         elif not need:
             break
         copied |= need
+        others = ()  # (freed before the next attempt's captures)
     else:
         raise RecordError("the outputs of the recorded function could not be followed in a capture of their own")
     after = before + len(plan.nodes)
@@ -104,7 +107,7 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
     for j, k in enumerate(sorted(copied)):
         plan.storages[k].uses = [Use(after + backs + j, 136, 8, SK_POINTER, "the destination of its copy")]
     plan.nodes = final.nodes
-    _verify_inputs(plan, final, run)
+    _verify_inputs(plan, final, run, others)
     return Kept(final, statics, holders, ring)
 
 
@@ -149,9 +152,15 @@ def _check_copies(copies: list, values: dict[str, Any]) -> None:
                 )
 
 
-def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any]) -> None:
+def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any],
+                   others: tuple[_capture.Capture, ...] = ()) -> None:  # fmt: skip
     """In the kept capture, each tensor use holds its input's address, and no other word points
-    into an input (a node that reads an input through a word no replay moves would read it stale)."""
+    into an input (a node that reads an input through a word no replay moves would read it stale).
+
+    ``others`` are captures of the same run (the same inputs at the same addresses): a word that
+    points into an input in the kept capture but not in one of them is no pointer the node reads
+    (an input that stays put would be read there too) but what the host left in bytes the kernel
+    does not read, as in the unused dimensions of torch's ``OffsetCalculator``."""
     uses = {(u.node, u.offset) for p in plan.inputs.values() for u in p.uses}
     tensors = {name: run[name] for name, p in plan.inputs.items() if isinstance(run[name], torch.Tensor)}
     for name, x in tensors.items():
@@ -170,11 +179,27 @@ def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any]) -> 
             if final.allocations is not None and final.allocations.containing(address):
                 continue  # the graph's own memory (which may begin where an input's ends)
             for name, (start, nbytes) in ranges.items():
-                if start <= address < start + nbytes and not plan.inputs[name].copy:
-                    raise RecordError(
-                        f"sequence input {name!r}: {node.describe(i)}, {region_label(node, offset, size, param)} points into "
-                        "it but did not move with it: a replay would leave that node reading the recorded tensor"
-                    )
+                if plan.inputs[name].copy or not start <= address < start + nbytes:
+                    continue
+                if _leftover(final, others, i, offset, start, nbytes):
+                    continue  # (see above)
+                raise RecordError(
+                    f"sequence input {name!r}: {node.describe(i)}, {region_label(node, offset, size, param)} points into "
+                    "it but did not move with it: a replay would leave that node reading the recorded tensor"
+                )
+
+
+def _leftover(final: _capture.Capture, others: tuple[_capture.Capture, ...], i: int, offset: int, start: int,
+              nbytes: int) -> bool:  # fmt: skip
+    """Whether another capture of the same kernel holds a word there that points elsewhere."""
+    node = final.nodes[i]
+    for other in others:
+        twin = other.nodes[i] if len(other.nodes) == len(final.nodes) else None
+        if twin is not None and (twin.kind, twin.function) == (node.kind, node.function):
+            word = region_bytes(twin, offset, 8)
+            if word is not None and not start <= int.from_bytes(word, "little") < start + nbytes:
+                return True
+    return False
 
 
 def _static_like(x: torch.Tensor) -> tuple[torch.Tensor, int]:
