@@ -63,6 +63,44 @@ def test_an_output_where_a_freed_temporary_was_is_copied_not_re_pointed(module, 
     assert "held another allocation earlier in the step" in seq.explain()
 
 
+def test_a_copied_output_holds_what_its_view_reaches(module, graphs, monkeypatch):
+    """torch's 0-d loss lives in a 256-byte storage (a CPU ``mse_loss``'s, 512 on a GPU): where such
+    an output is copied, the copy node copies the 4 bytes the returned view reaches, into a tensor
+    of the view's own layout (``torch.empty_strided``: no view cut from new bytes in Python each
+    replay, which cost the training steps 7 us of a 21 us replay on an H100)."""
+    from launchpad.core import driver as _driver
+    from launchpad.sequences import creplay
+
+    scale = graphs.fake.install(module["scale"])
+    copies = []
+    copy = _driver.copy_device_to_device
+
+    def recording(destination, source, nbytes, stream):
+        copies.append(nbytes)
+        return copy(destination, source, nbytes, stream)
+
+    monkeypatch.setattr(_driver, "copy_device_to_device", recording)
+
+    def step(x):
+        t = graphs.pool(torch.empty(4 * N))
+        copy_kernel(graphs, t, x)  # writes the temporary
+        s = graphs.pool(torch.empty(1))
+        scale[1, 1](s, t[N:], 1.0, 1)  # reads it
+        out = graphs.reuse(t, N)  # the temporary is freed; the output gets its block: copied
+        scale[1, N](out, x, 2.0, N)
+        return out[0]  # a 0-d view at the start of a storage of 4 * N floats
+
+    seq = graphs.record(step, f32())
+    st = seq._state
+    assert st.plan.storages[0].copy and st.plan.storages[0].nbytes == 4 * 4 * N  # the temporary's block
+    assert st.plan.held_bytes(0) == 4 and copies[-1] == 4  # the kept capture's copy out: the view's 4 bytes
+    assert st.allocators[0].func is torch.empty_strided and creplay._builder(st) is None
+    for value in (3.0, -1.5):
+        got = seq(f32(value=value))
+        assert got.shape == () and got.untyped_storage().nbytes() == 4 and got.dtype == torch.float32
+        assert graphs.reads(seq, seq.nodes - 1)[136:144] == struct.pack("<Q", got.data_ptr())  # the copy's destination
+
+
 def test_a_scalar_after_the_padding_of_torchs_functor_is_followed(module, graphs):
     """``y = x * lr``: torch's functor is one 8-byte parameter, 4 bytes of uninitialized padding and
     the float. Padding that differs between every capture must not hide the float: replays multiply

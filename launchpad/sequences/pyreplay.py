@@ -271,14 +271,14 @@ def allocators(plan: Plan, device: int) -> list[Callable[[], torch.Tensor]]:
     where it is the allocation's only view from its start, else bytes its views are cut from."""
     where = torch_device(device)
     out: list[Callable[[], torch.Tensor]] = []
-    for k, storage in enumerate(plan.storages):
-        views = [leaf for leaf in plan.leaves if leaf.storage == k]
-        leaf = views[0]
+    for k in range(len(plan.storages)):
+        views = [leaf for leaf in plan.leaves if leaf.kind == "storage" and leaf.storage == k]
+        leaf, held = views[0], plan.held_bytes(k)
         span = (1 + sum((n - 1) * s for n, s in zip(leaf.shape, leaf.stride))) * leaf.dtype.itemsize
-        if len(views) == 1 and leaf.offset == 0 and span == storage.nbytes:
+        if len(views) == 1 and leaf.offset == 0 and span == held and all(leaf.shape):
             out.append(functools.partial(torch.empty_strided, leaf.shape, leaf.stride, dtype=leaf.dtype, device=where))
         else:
-            out.append(functools.partial(torch.empty, max(storage.nbytes, 1), dtype=torch.uint8, device=where))
+            out.append(functools.partial(torch.empty, max(held, 1), dtype=torch.uint8, device=where))
     return out
 
 
