@@ -70,6 +70,7 @@ def test_a_copied_output_holds_what_its_view_reaches(module, graphs, monkeypatch
     replay, which cost the training steps 7 us of a 21 us replay on an H100)."""
     from launchpad.core import driver as _driver
     from launchpad.sequences import creplay
+    from launchpad.sequences.outputs import held_bytes
 
     scale = graphs.fake.install(module["scale"])
     copies = []
@@ -93,7 +94,7 @@ def test_a_copied_output_holds_what_its_view_reaches(module, graphs, monkeypatch
     seq = graphs.record(step, f32())
     st = seq._state
     assert st.plan.storages[0].copy and st.plan.storages[0].nbytes == 4 * 4 * N  # the temporary's block
-    assert st.plan.held_bytes(0) == 4 and copies[-1] == 4  # the kept capture's copy out: the view's 4 bytes
+    assert held_bytes(st.plan, 0) == 4 and copies[-1] == 4  # the kept capture's copy out: the view's 4 bytes
     assert st.allocators[0].func is torch.empty_strided and creplay._builder(st) is None
     for value in (3.0, -1.5):
         got = seq(f32(value=value))

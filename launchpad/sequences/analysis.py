@@ -115,22 +115,6 @@ class Plan:
     leaves: list[Leaf] = field(default_factory=list)
     storages: list[Storage] = field(default_factory=list)
 
-    def held_bytes(self, k: int) -> int:
-        """Bytes a replay's new memory for storage ``k`` holds: all of the allocation where the
-        graph is re-pointed at it (its kernels may write anywhere in it), the bytes its returned
-        views reach where a copy node fills it (torch's 0-d loss lives in a 256-byte storage:
-        copying 4 bytes into a tensor of the loss's own layout spares a replay the view it would
-        cut from 256 new bytes)."""
-        storage = self.storages[k]
-        if not storage.copy:
-            return storage.nbytes
-        reach = [
-            (leaf.offset + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride)) + 1) * leaf.dtype.itemsize
-            for leaf in self.leaves
-            if leaf.kind == "storage" and leaf.storage == k and all(leaf.shape)
-        ]
-        return min(max(reach), storage.nbytes) if reach else storage.nbytes
-
 
 def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values: dict[str, Any],
             probed: dict[str, Any], is_device_pointer: Callable[[int], bool],

@@ -33,7 +33,7 @@ from ..launch.executor import SK_POINTER
 from . import capture as _capture
 from . import updates as _updates
 from .analysis import Plan, Use
-from .outputs import flatten, storages
+from .outputs import flatten, held_bytes, storages
 from .regions import region_bytes, region_label, regions
 from .same_launches import same_structure
 
@@ -69,7 +69,7 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
     is_pointer = lambda a: _driver.pointer_device(a) is not None
     copied: set[int] = set()
     for _ in range(ATTEMPTS + 1):
-        holders = {k: torch.empty(max(plan.held_bytes(k), 1), dtype=torch.uint8, device=_torch_device(device))
+        holders = {k: torch.empty(max(held_bytes(plan, k), 1), dtype=torch.uint8, device=_torch_device(device))
                    for k in copied}  # fmt: skip
         recorded = _wrapper(fn, plan, values, firsts, statics, holders, ring, function, device)
         take = functools.partial(_capture.capture, recorded, run, skip=skip, generators=generators)
@@ -128,7 +128,7 @@ def _wrapper(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts:
         leaves = flatten(result)[1]
         for k in sorted(holders):  # an output into new memory: a copy whose destination a replay moves
             start = leaves[firsts[k]].untyped_storage().data_ptr()
-            _driver.copy_device_to_device(holders[k].data_ptr(), start, plan.held_bytes(k), stream)
+            _driver.copy_device_to_device(holders[k].data_ptr(), start, held_bytes(plan, k), stream)
         return result
 
     return recorded

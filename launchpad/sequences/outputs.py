@@ -44,7 +44,7 @@ from .analysis import Leaf, Plan, Storage, Use, _differ, both_pooled, referenced
 from .capture import Capture
 from .regions import region_bytes, region_label, regions
 
-__all__ = ["Index", "classify", "flatten", "storages"]
+__all__ = ["Index", "classify", "flatten", "held_bytes", "storages"]
 
 
 def flatten(result: Any, path: str = "the result") -> tuple[Any, list[Any]]:
@@ -218,6 +218,22 @@ def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_po
                 return (f"{node.describe(i)}, {region_label(node, offset, size, param)} changes with the graph's memory but "
                         "is no address launchpad can follow: it may hold one in another form")  # fmt: skip
     return ""
+
+
+def held_bytes(plan: Plan, k: int) -> int:
+    """Bytes a replay's new memory for storage ``k`` holds: all of the allocation where the graph
+    is re-pointed at it (its kernels may write anywhere in it), the bytes its returned views reach
+    where a copy node fills it (torch's 0-d loss lives in a 256-byte storage: copying 4 bytes into
+    a tensor of the loss's own layout spares a replay the view it would cut from 256 new bytes)."""
+    storage = plan.storages[k]
+    if not storage.copy:
+        return storage.nbytes
+    reach = [
+        (leaf.offset + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride)) + 1) * leaf.dtype.itemsize
+        for leaf in plan.leaves
+        if leaf.kind == "storage" and leaf.storage == k and all(leaf.shape)
+    ]
+    return min(max(reach), storage.nbytes) if reach else storage.nbytes
 
 
 def _span(t: torch.Tensor) -> int:

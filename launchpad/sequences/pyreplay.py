@@ -31,7 +31,7 @@ from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError
 from ..launch import checks as _checks
 from ..launch.executor import SK_INT, SK_UINT
 from .analysis import Leaf, Plan, Use
-from .outputs import Index
+from .outputs import Index, held_bytes
 from .scalars import scalar_bytes
 from .state import BROKEN, LAUNCHES, SequenceState
 from .updates import DRIFT, Target
@@ -273,7 +273,7 @@ def allocators(plan: Plan, device: int) -> list[Callable[[], torch.Tensor]]:
     out: list[Callable[[], torch.Tensor]] = []
     for k in range(len(plan.storages)):
         views = [leaf for leaf in plan.leaves if leaf.kind == "storage" and leaf.storage == k]
-        leaf, held = views[0], plan.held_bytes(k)
+        leaf, held = views[0], held_bytes(plan, k)
         span = (1 + sum((n - 1) * s for n, s in zip(leaf.shape, leaf.stride))) * leaf.dtype.itemsize
         if len(views) == 1 and leaf.offset == 0 and span == held and all(leaf.shape):
             out.append(functools.partial(torch.empty_strided, leaf.shape, leaf.stride, dtype=leaf.dtype, device=where))
