@@ -115,6 +115,12 @@ def test_training_steps_replay_as_eager_steps(optimizer):
 
 
 def test_recording_a_training_step_gives_the_same_plan_every_time():
+    """20 recordings of one step agree: every input re-pointed at the same words, every output
+    re-pointed or copied alike. One exception is allowed, and only as a copy: torch's ``ReduceOp``
+    keeps unused ``OffsetCalculator`` dimensions the host never wrote, and where the host's stack
+    there holds a stale copy of an input's own address (seen once in 40 recordings on an H100:
+    ``y``'s, from the MSE forward), the bytes follow that input to every address it is probed at,
+    as an encoding of it would: launchpad copies that input rather than guess."""
     torch.manual_seed(2)
     model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 8)).cuda()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
@@ -126,20 +132,41 @@ def test_recording_a_training_step_gives_the_same_plan_every_time():
         opt.step()
         return loss
 
-    plans = {}
+    plans = []
     for _ in range(20):
         seq = lp.record(step, torch.randn(16, 32, device="cuda"), torch.randn(16, 8, device="cuda"))
-        plans.setdefault(decisions(seq), seq.explain())
+        plans.append((decisions(seq), seq.explain()))
         del seq
-    assert len(plans) == 1, "\n\n".join(plans.values())
+    reference = next((d for d, _ in plans if LEFTOVER not in d[0].values()), None)
+    assert reference is not None, "every recording copied an input:\n\n" + plans[0][1]
+    for decided, explained in plans:
+        assert agree(reference, decided), explained
+
+
+LEFTOVER = "copied: bytes in a form launchpad cannot re-point"
 
 
 def decisions(seq) -> tuple:
-    """What a sequence's plan decided: each input copied or where it is written, each output copied or
-    where it is re-pointed (the wording of a reason names the first word found, which may differ)."""
+    """What a sequence's plan decided: each input copied (and whether for bytes it could not
+    re-point) or where it is written, each output copied or where it is re-pointed, node indices
+    counted from the first node after the copies in (the wording of a reason names the first word
+    found, which may differ)."""
     plan = seq._state.plan
-    inputs = tuple((n, bool(p.copy), tuple((u.node, u.offset, u.size) for u in p.uses)) for n, p in plan.inputs.items())
-    return inputs, tuple((bool(s.copy), tuple((u.node, u.offset) for u in s.uses)) for s in plan.storages)
+    before = sum(1 for p in plan.inputs.values() if p.copy)
+    inputs = {}
+    for name, p in plan.inputs.items():
+        if p.copy:
+            inputs[name] = LEFTOVER if "in a form launchpad cannot re-point" in p.copy else f"copied: {p.copy}"
+        else:
+            inputs[name] = tuple((u.node - before, u.offset, u.size) for u in p.uses)
+    outputs = tuple((bool(s.copy), len(s.uses) if s.copy else tuple((u.node - before, u.offset) for u in s.uses))
+                    for s in plan.storages)  # fmt: skip
+    return inputs, outputs
+
+
+def agree(a: tuple, b: tuple) -> bool:
+    """Whether two plans' decisions are the same but for inputs copied for bytes launchpad could not re-point."""
+    return a[1] == b[1] and all(LEFTOVER in (a[0][n], b[0][n]) or a[0][n] == b[0][n] for n in a[0])
 
 
 def test_dropout_draws_a_fresh_mask_each_replay_and_follows_manual_seed():
