@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import struct
+from collections.abc import Callable
 
 import pytest
 import torch
@@ -287,29 +288,40 @@ def test_an_address_two_pools_hold_in_different_blocks_does_not_hide_the_outputs
         assert graphs.reads(seq, seq.nodes - 1)[:8] == struct.pack("<Q", got.data_ptr())  # the writer re-pointed
 
 
+def calls_in_keep(monkeypatch) -> Callable[[], int]:
+    """A counter for the recorded function: 0 before ``record`` keeps its capture, then 1, 2, 3, 4
+    for the kept capture's twin, control, third capture and the kept capture itself."""
+    from launchpad.sequences import sequence as _sequence
+
+    keep, calls = _sequence.keep, [-1]
+
+    def counting_keep(*args, **kwargs):
+        calls[0] = 0
+        return keep(*args, **kwargs)
+
+    monkeypatch.setattr(_sequence, "keep", counting_keep)
+
+    def call() -> int:
+        if calls[0] >= 0:
+            calls[0] += 1
+        return max(calls[0], 0)
+
+    return call
+
+
 def test_a_host_leftover_a_third_capture_gives_back_hides_no_output(module, graphs, monkeypatch):
     """The unused tail of torch's ``TensorListMetadata`` (and ``ReduceOp``) holds what the host left
     there: the same in the kept capture and its twin, another value in the control. A third capture,
     in a pool of its own, gives the control's back: no encoding of the graph's addresses (which moved
     a third time) does that, so the bytes hide nothing and the output is re-pointed, not copied (the
     training steps' loss was copied for this)."""
-    from launchpad.sequences import sequence as _sequence
-
     scale = graphs.fake.install(module["scale"])
-    keep, kept = _sequence.keep, []
-
-    def counting_keep(*args, **kwargs):
-        kept.append(0)
-        return keep(*args, **kwargs)
-
-    monkeypatch.setattr(_sequence, "keep", counting_keep)
-    calls = [0]
+    kept_call = calls_in_keep(monkeypatch)
+    leftovers = (0x7FFD_1234_5670, 0x7FFD_ABCD_EF00, 0x7FFD_ABCD_EF00, 0x7FFD_1234_5670)
 
     def step(x):
-        leftover = 0x7FFD_1234_5670
-        if kept:  # the kept capture's twin, control, third capture and the kept one itself
-            calls[0] += 1
-            leftover = (0x7FFD_1234_5670, 0x7FFD_ABCD_EF00, 0x7FFD_ABCD_EF00, 0x7FFD_1234_5670)[(calls[0] - 1) % 4]
+        n = kept_call()
+        leftover = leftovers[(n - 1) % 4] if n else 0x7FFD_1234_5670
         out = graphs.pool(torch.empty(N))
         graphs.foreign("at::native::multi_tensor_apply_kernel<TensorListMetadata<1>>",
                        (16, struct.pack("<QQ", out.data_ptr(), leftover)))  # fmt: skip
@@ -329,24 +341,13 @@ def test_a_host_leftover_pointing_into_an_input_in_the_kept_capture(module, grap
     backward after a compiled forward): the other captures of the same run, the input at the same
     address, hold other bytes there, so the node does not read the input through them, and the step
     records and replays. A word that points into the input in every capture may be read: refused."""
-    from launchpad.sequences import sequence as _sequence
-
     scale = graphs.fake.install(module["scale"])
-    keep, kept = _sequence.keep, []
-
-    def counting_keep(*args, **kwargs):
-        kept.append(0)
-        return keep(*args, **kwargs)
-
-    monkeypatch.setattr(_sequence, "keep", counting_keep)
-    calls = [0]
+    kept_call = calls_in_keep(monkeypatch)
 
     def step(x):
-        leftover = 0x7FFD_1234_5670
-        if kept:  # the kept capture's twin, control, third capture and the kept one itself
-            calls[0] += 1
-            if where == "every capture" or calls[0] % 4 == 0:
-                leftover = x.data_ptr() + 8 * (calls[0] % 4)
+        n, leftover = kept_call(), 0x7FFD_1234_5670
+        if n and (where == "every capture" or n % 4 == 0):
+            leftover = x.data_ptr() + 8 * (n % 4)
         out = graphs.pool(torch.empty(N))
         graphs.foreign("at::native::elementwise_kernel<OffsetCalculator<3>>", (16, struct.pack("<QQ", 0, leftover)))
         scale[1, N](out, x, 2.0, N)
