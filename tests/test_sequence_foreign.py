@@ -92,6 +92,28 @@ def test_an_input_no_node_can_follow_is_copied_in_and_back(module, graphs):
     assert graphs.words(seq, 1)[0] << 4 == static and graphs.words(seq, 2)[1] == static  # both read the buffer
 
 
+def test_an_encoding_that_agrees_with_the_base_on_the_probes_bytes_at_a_third_address_is_copied(module, graphs):
+    """An injective encoding of an input's address whose third-address value agrees with the base's
+    on the bytes the probe changed, and differs on others: no host leftover (which repeats a whole
+    value), so the input is copied. Tested at byte level, the third address looked like the base's
+    and the node kept reading the recorded tensor (seen as a flake of CI's sanitizer leg, where the
+    allocator's addresses made the coincidence)."""
+    scale = graphs.fake.install(module["scale"])
+    codes: dict[int, int] = {}
+
+    def encode(address: int) -> int:  # injective: 0x0100 for the first address seen, 0x0200, then 0x0101
+        return codes.setdefault(address, (0x0100, 0x0200, 0x0101, 0x0300, 0x0400, 0x0500)[min(len(codes), 5)] +
+                                max(len(codes) - 5, 0) * 0x100)  # fmt: skip
+
+    def step(x, out):
+        graphs.foreign("nvjet_sm90_tst_64x8_64x16", (16, struct.pack("<QQ", encode(x.data_ptr()), 0x1234)))
+        scale[1, N](out, x, 2.0, N)
+
+    seq = graphs.record(step, f32(), f32())
+    assert "copies x" in repr(seq), seq.explain()
+    assert len(codes) >= 3  # the base, the probe and the third address were all seen
+
+
 def test_each_replay_returns_new_outputs(module, graphs):
     scale = graphs.fake.install(module["scale"])
 

@@ -256,9 +256,12 @@ def _attribute(inputs: dict[str, InputPlan], moved: dict[str, int], i: int, node
                 continue
         if use is None and again is not None and isinstance(values[name], torch.Tensor) and there is not None:
             # A third address that gives the bytes back (the base's or the probe's) shows they are no
-            # injective function of the address: the host's leftovers along the probe's path.
+            # injective function of the address: the host's leftovers along the probe's path. Whole
+            # bytes, all but those that vary alone: an encoding can agree with the base on the bytes
+            # the probe changed and differ on others.
             third = region_bytes(again(name, elsewhere=True).nodes[i], offset, size)
-            if third is not None and not (_differ(third, here) & mask and _differ(third, there) & mask):
+            kept = ((1 << size) - 1) & ~noise
+            if third is not None and not (_differ(third, here) & kept and _differ(third, there) & kept):
                 continue
             use = _explain(
                 i,

@@ -207,12 +207,13 @@ def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_po
                 continue
             if both_pooled(final, control, i, offset, size):  # an address it reads as one: _follow judges it
                 continue
-            if same_pool:  # what differs from the twin too varies alone; the rest follows the graph's addresses
-                changed &= ~_differ(here, region_bytes(twin.nodes[i], offset, size))  # type: ignore[union-attr, arg-type]
+            alone = _differ(here, region_bytes(twin.nodes[i], offset, size)) if same_pool else 0  # type: ignore[union-attr, arg-type]
+            changed &= ~alone  # what differs from the twin too varies alone; the rest follows the graph's addresses
             if changed and third is not None:  # the graph's memory moved a third time: an address's encoding moves
-                again = region_bytes(third.nodes[i], offset, size)  # (a host leftover repeats one it held before)
-                if again is not None and not (_differ(again, here) & changed and
-                                              _differ(again, region_bytes(control.nodes[i], offset, size)) & changed):  # fmt: skip
+                again = region_bytes(third.nodes[i], offset, size)  # (a host leftover repeats one it held before,
+                kept = ((1 << size) - 1) & ~alone  # whole: an encoding may agree on the bytes that changed alone)
+                if again is not None and not (_differ(again, here) & kept and
+                                              _differ(again, region_bytes(control.nodes[i], offset, size)) & kept):  # fmt: skip
                     changed = 0
             if changed:
                 return (f"{node.describe(i)}, {region_label(node, offset, size, param)} changes with the graph's memory but "
