@@ -67,10 +67,11 @@ def test_an_output_where_a_freed_temporary_was_is_copied_not_re_pointed(module, 
 def test_a_copied_output_holds_what_its_view_reaches(module, graphs, monkeypatch):
     """torch's 0-d loss lives in a 256-byte storage (a CPU ``mse_loss``'s, 512 on a GPU): where such
     an output is copied, the copy node copies the 4 bytes the returned view reaches, into a tensor
-    of the view's own layout (``torch.empty_strided``: no view cut from new bytes in Python each
+    of the view's own layout (a slot of a ``Batch``: no view cut from new bytes in Python each
     replay, which cost the training steps 7 us of a 21 us replay on an H100)."""
     from launchpad.core import driver as _driver
     from launchpad.sequences import creplay
+    from launchpad.sequences.output_memory import Batch
     from launchpad.sequences.outputs import held_bytes
 
     scale = graphs.fake.install(module["scale"])
@@ -96,11 +97,50 @@ def test_a_copied_output_holds_what_its_view_reaches(module, graphs, monkeypatch
     st = seq._state
     assert st.plan.storages[0].copy and st.plan.storages[0].nbytes == 4 * 4 * N  # the temporary's block
     assert held_bytes(st.plan, 0) == 4 and copies[-1] == 4  # the kept capture's copy out: the view's 4 bytes
-    assert st.allocators[0].func is torch.empty_strided and creplay._builder(st) is None
+    assert isinstance(st.allocators[0], Batch) and creplay._builder(st) is None  # (the output as allocated)
     for value in (3.0, -1.5):
         got = seq(f32(value=value))
-        assert got.shape == () and got.untyped_storage().nbytes() == 4 and got.dtype == torch.float32
+        assert got.shape == () and got.stride() == () and got.dtype == torch.float32
         assert graphs.reads(seq, seq.nodes - 1)[136:144] == struct.pack("<Q", got.data_ptr())  # the copy's destination
+
+
+def test_a_small_output_takes_a_slot_of_a_batch_per_replay(module, graphs, monkeypatch):
+    """An output of at most 512 bytes gets its memory from a ``Batch`` (one allocation cut into 64
+    slots 512 bytes apart, as aligned as a tensor of its own): every replay a slot no other replay
+    returned, the kernel re-pointed at it writing the new values; 64 replays use a batch up, and a
+    replay on another stream starts a new one (its block belongs to the stream it was taken on)."""
+    from launchpad.launch import checks as _checks
+    from launchpad.sequences import sequence as _sequence
+    from launchpad.sequences.output_memory import BATCH_COUNT, BATCH_PITCH, Batch
+
+    scale = graphs.fake.install(module["scale"])
+    stream = [0x5000]  # torch's current stream, as both replays read it
+    monkeypatch.setattr(_checks, "current_raw_stream", lambda device: stream[0])
+    monkeypatch.setattr(_sequence.Sequence, "_get_stream", staticmethod(lambda device: stream[0]))
+
+    def step(x):
+        out = graphs.pool(torch.empty(2))
+        scale[1, 2](out, x, 3.0, 2)
+        return out
+
+    seq = graphs.record(step, f32())
+    assert isinstance(seq._state.allocators[0], Batch) and not seq._state.plan.storages[0].copy
+    (use,) = seq._state.plan.storages[0].uses  # the scale kernel's out, re-pointed each replay
+    kept, starts = [], set()
+    for r in range(BATCH_COUNT + 6):
+        got = seq(f32(value=r / 2))
+        assert got.shape == (2,) and got.stride() == (1,) and got.dtype == torch.float32
+        assert graphs.reads(seq, use.node)[use.offset : use.offset + 8] == struct.pack("<Q", got.data_ptr())
+        assert (got.data_ptr() - got.untyped_storage().data_ptr()) % BATCH_PITCH == 0
+        kept.append(got)
+        starts.add(got.untyped_storage().data_ptr())
+    assert len({t.data_ptr() for t in kept}) == len(kept)  # no slot returned twice
+    assert len(starts) == 2 and kept[BATCH_COUNT].storage_offset() == 0  # the 65th replay: a new batch
+    assert kept[BATCH_COUNT - 1].storage_offset() == (BATCH_COUNT - 1) * BATCH_PITCH // 4
+    stream[0] = 0x6000  # another stream: a new batch, though this one has slots left
+    other = seq(f32())
+    assert other.storage_offset() == 0 and other.untyped_storage().data_ptr() not in starts
+    assert graphs.reads(seq, use.node)[use.offset : use.offset + 8] == struct.pack("<Q", other.data_ptr())
 
 
 def test_a_scalar_after_the_padding_of_torchs_functor_is_followed(module, graphs):
@@ -334,34 +374,50 @@ def test_a_host_leftover_a_third_capture_gives_back_hides_no_output(module, grap
     assert graphs.reads(seq, seq.nodes - 1)[:8] == struct.pack("<Q", got.data_ptr())
 
 
-@pytest.mark.parametrize("where", ["the kept capture alone", "every capture"])
+@pytest.mark.parametrize("where", ["the kept capture alone", "every capture", "the first value"])
 def test_a_host_leftover_pointing_into_an_input_in_the_kept_capture(module, graphs, monkeypatch, where):
     """The unused dimensions of torch's ``OffsetCalculator`` hold what the host left there, which can
     be an address inside an input, by chance, in the kept capture alone (seen on an H100, in an MSE
     backward after a compiled forward): the other captures of the same run, the input at the same
     address, hold other bytes there, so the node does not read the input through them, and the step
-    records and replays. A word that points into the input in every capture may be read: refused."""
+    records and replays with the input re-pointed. A word that points into the input in every capture
+    may be read (seen on an H100 too): the input is copied into the sequence's buffer, the word then
+    points there, and every replay is right whatever the word is. A word that keeps pointing into the
+    caller's tensor, the function given the sequence's buffer (an address cached at the first call),
+    is refused."""
     scale = graphs.fake.install(module["scale"])
     kept_call = calls_in_keep(monkeypatch)
+    first: list[int] = []
 
     def step(x):
         n, leftover = kept_call(), 0x7FFD_1234_5670
-        if n and (where == "every capture" or n % 4 == 0):
+        first.append(x.data_ptr())
+        if where == "the first value":
+            leftover = first[0] + 8
+        elif n and (where == "every capture" or n % 4 == 0):
             leftover = x.data_ptr() + 8 * (n % 4)
         out = graphs.pool(torch.empty(N))
         graphs.foreign("at::native::elementwise_kernel<OffsetCalculator<3>>", (16, struct.pack("<QQ", 0, leftover)))
         scale[1, N](out, x, 2.0, N)
         return out
 
-    if where == "every capture":
-        with pytest.raises(lp.RecordError, match="points into it but did not move with it"):
+    if where == "the first value":
+        with pytest.raises(lp.RecordError, match="though the function was given the sequence's copy of it"):
             graphs.record(step, f32())
         return
     seq = graphs.record(step, f32())
+    copied = where == "every capture"
+    assert ("input 'x': copied into the sequence's own buffer" in seq.explain()) == copied, seq.explain()
+    if copied:
+        assert "elementwise_kernel<OffsetCalculator<3>>" in seq.explain() and "without moving with it" in seq.explain()
     for value in (3.0, -1.5):
         x = f32(value=value)
         got = seq(x)
-        assert graphs.reads(seq, seq.nodes - 1)[:16] == struct.pack("<QQ", got.data_ptr(), x.data_ptr())
+        if copied:  # the copy in reads the new value; the kernel reads the sequence's buffer
+            assert graphs.reads(seq, 0)[48:56] == struct.pack("<Q", x.data_ptr())
+            assert graphs.reads(seq, seq.nodes - 2)[:8] == struct.pack("<Q", got.data_ptr())
+        else:
+            assert graphs.reads(seq, seq.nodes - 1)[:16] == struct.pack("<QQ", got.data_ptr(), x.data_ptr())
 
 
 def test_a_step_whose_compile_waits_for_the_host_is_warmed_up_again_unchecked(module, graphs, monkeypatch):

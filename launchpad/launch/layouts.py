@@ -122,6 +122,7 @@ class ReplayInput(NamedTuple):
 class ReplayOutput(NamedTuple):
     allocate: Callable[[], Any]  # () -> a tensor of new memory
     uses: tuple[ReplayUse, ...]
+    refill: Callable[[], tuple] | None  # a Batch's: () -> new tensors, taken in turn on one stream; or None
 
 
 class DeviceTarget(NamedTuple):

@@ -25,6 +25,7 @@ from ..launch import executor as _executor
 from ..launch import layouts as L
 from . import pyreplay as _pyreplay
 from .analysis import Use
+from .output_memory import Batch
 from .outputs import Index
 from .state import SequenceState
 from .updates import DEVICE, KERNEL, Target
@@ -47,7 +48,8 @@ def compiled_replay(st: SequenceState, python_replay: Callable[..., Any], get_st
         shape, strides = (tuple(value.shape), tuple(value.stride())) if tensor else ((), ())
         inputs.append(L.ReplayInput(name=name, is_tensor=tensor, dtype=dtype, shape=shape, strides=strides,
                                     uses=_uses(uses, st.entry_of, index, first), python_only=name in st.views))  # fmt: skip
-    outputs = tuple(L.ReplayOutput(allocate=allocate, uses=_uses(uses, st.entry_of, index, first))
+    outputs = tuple(L.ReplayOutput(allocate=allocate, uses=_uses(uses, st.entry_of, index, first),
+                                   refill=allocate.refill if isinstance(allocate, Batch) else None)
                     for allocate, (first, uses) in zip(st.allocators, st.output_uses))  # fmt: skip
     ring = st.ring
     ring_table = (
@@ -91,8 +93,8 @@ def _builder(st: SequenceState) -> Callable[[tuple, tuple | None], Any] | None:
     if template is None and not leaves:
         return None
     if isinstance(template, Index) and leaves[0].kind == "storage" and len(st.plan.storages) == 1:
-        if getattr(st.allocators[0], "func", None) is torch.empty_strided:  # allocated as the leaf itself
-            return None
+        if isinstance(st.allocators[0], Batch) or getattr(st.allocators[0], "func", None) is torch.empty_strided:
+            return None  # (allocated as the leaf itself)
 
     def build(fresh: tuple, current: tuple | None) -> Any:
         return _pyreplay.build(st, list(fresh), current)

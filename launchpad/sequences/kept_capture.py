@@ -14,7 +14,9 @@
    carried over from another capture by node index. Where an output is found to need a copy, the
    captures are made again with its copy node and the outputs followed again, until nothing changes.
 4. Every input's use is checked in the kept capture: each word the analysis found holds the input's
-   address there, and no other word points into an input.
+   address there, and no other word points into an input. An input some other word points into
+   (the host's leftovers, or a read no replay could follow) is copied instead, and the captures
+   are made again.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..launch.executor import SK_POINTER
 from . import capture as _capture
 from . import updates as _updates
 from .analysis import Plan, Use
+from .output_memory import torch_device
 from .outputs import flatten, held_bytes, storages
 from .regions import region_bytes, region_label, regions
 from .same_launches import same_structure
@@ -53,10 +56,39 @@ class Kept:
     ring: _updates.Ring | None
 
 
+class _StaleWords(RecordError):
+    """Words of the kept capture that point into re-pointed inputs without moving with them: the
+    inputs to copy (name -> why)."""
+
+    def __init__(self, message: str, inputs: dict[str, str]):
+        super().__init__(message)
+        self.inputs = inputs
+
+
 def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int], device: int, function: int,
          generators: tuple = ()) -> Kept:  # fmt: skip
     """Capture ``fn`` as it will run and finish ``plan`` in that capture (see the module
-    documentation); ``function`` is the updater's (0: none)."""
+    documentation); ``function`` is the updater's (0: none).
+
+    Where a word of the kept capture points into a re-pointed input without moving with it (the
+    host's leftovers in bytes a kernel does not read, or a read no replay could follow), the input
+    is copied into the sequence's own buffer instead and the capture made again: a word pointing
+    into that buffer reads the replay's values whatever it is."""
+    inputs = {name: (list(p.uses), p.copy, p.writes) for name, p in plan.inputs.items()}
+    nodes, storages_ = plan.nodes, [replace(s, uses=list(s.uses)) for s in plan.storages]
+    try:
+        return _keep(fn, plan, values, firsts, device, function, generators)
+    except _StaleWords as stale:
+        for name, p in plan.inputs.items():  # the plan as it was given
+            p.uses, p.copy, p.writes = inputs[name]
+        plan.nodes, plan.storages = nodes, storages_
+        for name, why in stale.inputs.items():
+            plan.inputs[name].copy = why
+        return _keep(fn, plan, values, firsts, device, function, generators)
+
+
+def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int], device: int, function: int,
+          generators: tuple = ()) -> Kept:  # fmt: skip
     copies = [p for p in plan.inputs.values() if p.copy]
     _check_copies(copies, values)
     for p in copies:  # (what the function does with it cannot be seen: the copy back always runs)
@@ -69,7 +101,7 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
     is_pointer = lambda a: _driver.pointer_device(a) is not None
     copied: set[int] = set()
     for _ in range(ATTEMPTS + 1):
-        holders = {k: torch.empty(max(held_bytes(plan, k), 1), dtype=torch.uint8, device=_torch_device(device))
+        holders = {k: torch.empty(max(held_bytes(plan, k), 1), dtype=torch.uint8, device=torch_device(device))
                    for k in copied}  # fmt: skip
         recorded = _wrapper(fn, plan, values, firsts, statics, holders, ring, function, device)
         take = functools.partial(_capture.capture, recorded, run, skip=skip, generators=generators)
@@ -107,7 +139,7 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
     for j, k in enumerate(sorted(copied)):
         plan.storages[k].uses = [Use(after + backs + j, 136, 8, SK_POINTER, "the destination of its copy")]
     plan.nodes = final.nodes
-    _verify_inputs(plan, final, run, others)
+    _verify_inputs(plan, final, run, values, others)
     return Kept(final, statics, holders, ring)
 
 
@@ -152,10 +184,13 @@ def _check_copies(copies: list, values: dict[str, Any]) -> None:
                 )
 
 
-def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any],
+def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any], values: dict[str, Any],
                    others: tuple[_capture.Capture, ...] = ()) -> None:  # fmt: skip
     """In the kept capture, each tensor use holds its input's address, and no other word points
-    into an input (a node that reads an input through a word no replay moves would read it stale).
+    into an input the caller passed (a node that reads an input through a word no replay moves would
+    read it stale). Raises :class:`_StaleWords` naming the re-pointed inputs to copy instead, and
+    :class:`RecordError` for a copied one (``run`` holds the sequence's buffer for it: a word into
+    the caller's tensor is none the function was given).
 
     ``others`` are captures of the same run (the same inputs at the same addresses): a word that
     points into an input in the kept capture but not in one of them is no pointer the node reads
@@ -169,7 +204,9 @@ def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any],
             if not plan.inputs[name].copy and word != (x.data_ptr() + u.delta).to_bytes(8, "little"):
                 raise RecordError(f"sequence input {name!r}: the kept capture differs from the analysed ones at "
                                   f"{final.nodes[u.node].describe(u.node)}, {u.label}")  # fmt: skip
-    ranges = {name: (x.untyped_storage().data_ptr(), x.untyped_storage().nbytes()) for name, x in tensors.items()}
+    ranges = {name: (values[name].untyped_storage().data_ptr(), values[name].untyped_storage().nbytes())
+              for name in tensors}  # fmt: skip
+    stale: dict[str, str] = {}
     for i, node in enumerate(final.nodes):
         for offset, size, param in regions(node):
             here = region_bytes(node, offset, size)
@@ -179,14 +216,16 @@ def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any],
             if final.allocations is not None and final.allocations.containing(address):
                 continue  # the graph's own memory (which may begin where an input's ends)
             for name, (start, nbytes) in ranges.items():
-                if plan.inputs[name].copy or not start <= address < start + nbytes:
-                    continue
-                if _leftover(final, others, i, offset, start, nbytes):
-                    continue  # (see above)
-                raise RecordError(
-                    f"sequence input {name!r}: {node.describe(i)}, {region_label(node, offset, size, param)} points into "
-                    "it but did not move with it: a replay would leave that node reading the recorded tensor"
-                )
+                if not start <= address < start + nbytes or _leftover(final, others, i, offset, start, nbytes):
+                    continue  # (a leftover: see above)
+                where = f"{node.describe(i)}, {region_label(node, offset, size, param)} points into it"
+                if plan.inputs[name].copy:
+                    raise RecordError(f"sequence input {name!r}: {where}, though the function was given the "
+                                      "sequence's copy of it: a replay would leave that node reading the recorded "
+                                      "tensor")  # fmt: skip
+                stale.setdefault(name, f"{where} without moving with it")
+    if stale:
+        raise _StaleWords(f"sequence inputs {sorted(stale)} are pointed at by words that do not move with them", stale)
 
 
 def _leftover(final: _capture.Capture, others: tuple[_capture.Capture, ...], i: int, offset: int, start: int,
@@ -229,8 +268,3 @@ def _capacity(plan: Plan, estimate: bool = False) -> int:
     followed, the words of the analysed capture that pointed into each output)."""
     outputs = sum(s.estimate if estimate else len(s.uses) for s in plan.storages)
     return sum(len(p.uses) for p in plan.inputs.values()) + outputs + len(plan.storages)
-
-
-def _torch_device(device: int) -> torch.device:
-    """torch's device of a launch device (negative: the CPU tensors of launchpad's fake GPU in tests)."""
-    return torch.device("cuda", device) if device >= 0 else torch.device("cpu")

@@ -19,7 +19,6 @@ does not take. Every function here is given the sequence's one
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -30,13 +29,13 @@ from ..core import driver as _driver
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError
 from ..launch import checks as _checks
 from ..launch.executor import SK_INT, SK_UINT
-from .analysis import Leaf, Plan, Use
-from .outputs import Index, held_bytes
+from .analysis import Leaf, Use
+from .outputs import Index
 from .scalars import scalar_bytes
 from .state import BROKEN, LAUNCHES, SequenceState
 from .updates import DRIFT, Target
 
-__all__ = ["allocators", "build", "failure_message", "refuse_broken", "replay_for"]
+__all__ = ["build", "failure_message", "refuse_broken", "replay_for"]
 
 CAPTURING = ("a sequence cannot be replayed inside another capture (torch's current stream is capturing a CUDA "
              "graph): record the whole step with launchpad.record, or replay the sequence outside the capture")  # fmt: skip
@@ -264,27 +263,6 @@ def _apply(st: SequenceState, changes: list[tuple[int, int]], stream: int) -> No
     for u, word in changes:
         words[u] = word
     st.counters[LAUNCHES] = launch + 1
-
-
-def allocators(plan: Plan, device: int) -> list[Callable[[], torch.Tensor]]:
-    """How a replay gives each returned allocation new memory: one tensor of its leaf's own layout
-    where it is the allocation's only view from its start, else bytes its views are cut from."""
-    where = torch_device(device)
-    out: list[Callable[[], torch.Tensor]] = []
-    for k in range(len(plan.storages)):
-        views = [leaf for leaf in plan.leaves if leaf.kind == "storage" and leaf.storage == k]
-        leaf, held = views[0], held_bytes(plan, k)
-        span = (1 + sum((n - 1) * s for n, s in zip(leaf.shape, leaf.stride))) * leaf.dtype.itemsize
-        if len(views) == 1 and leaf.offset == 0 and span == held and all(leaf.shape):
-            out.append(functools.partial(torch.empty_strided, leaf.shape, leaf.stride, dtype=leaf.dtype, device=where))
-        else:
-            out.append(functools.partial(torch.empty, max(held, 1), dtype=torch.uint8, device=where))
-    return out
-
-
-def torch_device(device: int) -> torch.device:
-    """torch's device of a launch device (negative: the CPU tensors of launchpad's fake GPU in tests)."""
-    return torch.device("cuda", device) if device >= 0 else torch.device("cpu")
 
 
 def build(st: SequenceState, fresh: list[torch.Tensor], current: tuple | None) -> Any:

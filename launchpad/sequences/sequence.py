@@ -56,6 +56,7 @@ from ..launch import executor as _executor
 from . import capture as _capture
 from . import creplay as _creplay
 from . import distributed as _distributed
+from . import output_memory as _output_memory
 from . import pyreplay as _pyreplay
 from . import updates as _updates
 from .analysis import Plan, Use, analyze
@@ -327,7 +328,7 @@ class Sequence:
             names=self.inputs, device=device, plan=plan, positional=positional, parameters=parameters,
             rng=rng or bool(generators), graph=graph, graph_exec=graph_exec, ring=kept.ring, targets=targets,
             statics=kept.statics, holders=kept.holders, current=[values[name] for name in self.inputs],
-            allocators=_pyreplay.allocators(plan, device), note=note,
+            allocators=_output_memory.allocators(plan, device), note=note,
             modules=[n.module for n in plan.nodes if n.module is not None],  # kernels stay loaded
         )  # fmt: skip
         self.nodes = len(plan.nodes)

@@ -161,12 +161,29 @@ static int left_out_in_place(Replay *self, Call *c) {
     return LP_OK;
 }
 
+/* A small output's next tensor from its batch (launchpad/sequences/output_memory.py), a new batch
+ * where the last is used up or was allocated on another stream. No Python runs between the check
+ * and the take: two threads never take one tensor. */
+static PyObject *take_from_batch(Output *out, void *stream) {
+    if (out->batch == NULL || out->taken >= PyTuple_GET_SIZE(out->batch) || out->stream != stream) {
+        PyObject *batch = PyObject_CallNoArgs(out->refill);
+        if (batch == NULL || !PyTuple_CheckExact(batch) || PyTuple_GET_SIZE(batch) == 0) {
+            Py_XDECREF(batch);
+            return NULL;
+        }
+        PyObject *last = out->batch;
+        out->batch = batch, out->taken = 0, out->stream = stream;
+        Py_XDECREF(last);  /* (after the batch is in place: its tensors' release may run Python) */
+    }
+    return Py_NewRef(PyTuple_GET_ITEM(out->batch, out->taken++));
+}
+
 /* New memory for each output, and every word that points into it. */
-static int stage_outputs(Replay *self, Call *c) {
+static int stage_outputs(Replay *self, Call *c, void *stream) {
     for (Py_ssize_t s = 0; s < self->noutputs; s++) {
-        const Output *out = &self->outputs[s];
+        Output *out = &self->outputs[s];
         DLTensor t;
-        c->fresh[s] = PyObject_CallNoArgs(out->allocate);
+        c->fresh[s] = out->refill != NULL ? take_from_batch(out, stream) : PyObject_CallNoArgs(out->allocate);
         if (c->fresh[s] == NULL || lp_read_tensor(self->api, self->tensor_types, c->fresh[s], &t) != LP_OK)
             return LP_FALLBACK;
         uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
@@ -300,7 +317,7 @@ PyObject *Replay_vectorcall(PyObject *o, PyObject *const *args, size_t nargsf, P
     if (self->ctx_get_device == NULL || self->ctx_get_device(&ordinal) != 0 || ordinal != self->device) goto slow;
     if (lp_current_stream(self->get_stream, self->api, self->device, &stream) != LP_OK) goto slow;
     if (self->is_capturing(stream, &capturing) != 0 || capturing != 0) goto slow;
-    if (stage_outputs(self, &c) != LP_OK) goto slow;
+    if (stage_outputs(self, &c, stream) != LP_OK) goto slow;
     if ((got = PyObject_CallNoArgs(self->acquire)) == NULL) goto out;
     Py_DECREF(got);
     locked = 1;

@@ -55,6 +55,10 @@ typedef struct {
 
 typedef struct {
     PyObject *allocate;  /* () -> a tensor of new memory */
+    PyObject *refill;    /* a batch's () -> tuple of new tensors, taken in turn on one stream; or NULL */
+    PyObject *batch;     /* the tuple taken last (or NULL), */
+    Py_ssize_t taken;    /* how many of it are taken, */
+    void *stream;        /* and the stream it was allocated on */
     Py_ssize_t first, nuses;
 } Output;
 

@@ -12,7 +12,7 @@ const char *const LP_REPLAY_USE_FIELDS[] = {"target", "offset", "size", "kind", 
                                             "entry", NULL};  /* "IIIILLLi" */
 const char *const LP_REPLAY_INPUT_FIELDS[] = {"name", "is_tensor", "dtype", "shape", "strides", "uses",
                                               "python_only", NULL};  /* "UpIO!O!Op" */
-const char *const LP_REPLAY_OUTPUT_FIELDS[] = {"allocate", "uses", NULL};  /* "OO" */
+const char *const LP_REPLAY_OUTPUT_FIELDS[] = {"allocate", "uses", "refill", NULL};  /* "OOO" */
 const char *const LP_DEVICE_TARGET_FIELDS[] = {"kind", "handle", "size", NULL};  /* "iKn" */
 const char *const LP_KERNEL_TARGET_FIELDS[] = {"kind", "handle", "function", "grid", "block", "shared_mem", "context",
                                                "blob", "pointers", NULL};  /* "iKK(III)(III)IKYK" */
@@ -198,7 +198,11 @@ static void Replay_free(Replay *self) {
         Py_CLEAR(self->inputs[i].name);
         PyMem_Free(self->inputs[i].shape);
     }
-    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) Py_CLEAR(self->outputs[s].allocate);
+    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) {
+        Py_CLEAR(self->outputs[s].allocate);
+        Py_CLEAR(self->outputs[s].refill);
+        Py_CLEAR(self->outputs[s].batch);
+    }
     PyMem_Free(self->inputs);
     PyMem_Free(self->outputs);
     PyMem_Free(self->targets);
@@ -319,11 +323,13 @@ static PyObject *replay_new(PyTypeObject *type, PyObject *a) {
         if (parse_input(PyTuple_GET_ITEM(inputs, i), &self->inputs[i], &at, self) < 0) goto fail;
     }
     for (Py_ssize_t s = 0; s < self->noutputs; s++) {
-        PyObject *allocate, *uses, *fields = lp_named(PyTuple_GET_ITEM(outputs, s), LP_REPLAY_OUTPUT_FIELDS, "ReplayOutput");
+        PyObject *allocate, *uses, *refill, *fields = lp_named(PyTuple_GET_ITEM(outputs, s), LP_REPLAY_OUTPUT_FIELDS,
+                                                                "ReplayOutput");
         if (fields == NULL) goto fail;
-        int ok = PyArg_ParseTuple(fields, "OO", &allocate, &uses);
+        int ok = PyArg_ParseTuple(fields, "OOO", &allocate, &uses, &refill);
         if (ok) {
             self->outputs[s].allocate = Py_NewRef(allocate);
+            self->outputs[s].refill = refill == Py_None ? NULL : Py_NewRef(refill);
             ok = parse_uses(uses, &self->outputs[s].first, &self->outputs[s].nuses, &at, self) == 0;
         }
         Py_DECREF(fields);
@@ -348,7 +354,11 @@ static int Replay_traverse(Replay *self, visitproc visit, void *arg) {
     Py_VISIT(self->release);
     Py_VISIT(self->keep);
     Py_VISIT(self->tensor_types);
-    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) Py_VISIT(self->outputs[s].allocate);
+    for (Py_ssize_t s = 0; self->outputs != NULL && s < self->noutputs; s++) {
+        Py_VISIT(self->outputs[s].allocate);
+        Py_VISIT(self->outputs[s].refill);
+        Py_VISIT(self->outputs[s].batch);
+    }
     return 0;
 }
 
