@@ -35,6 +35,7 @@ from launchpad.sequences.allocations import Blocks
 from launchpad.sequences.capture import Capture, Node
 
 UPDATER = 0xAB00  # the fake updater's function handle
+COPIER = 0xAC00  # the fake copy kernel's (launchpad_copy_bytes), where nodes are updated from the device
 
 
 class _NodeParams(ctypes.Structure):  # CUDA_KERNEL_NODE_PARAMS_v2
@@ -84,6 +85,7 @@ class FakeGraphs:
         self.devnodes: dict[int, int] = {}  # device node -> node handle
         self.refuse_device: set[int] = set()  # node handles the "driver" will not make device-updatable
         self.host_updates: list[int] = []  # node handles, in the order the host updated them
+        self.device_updates = device_updates
         self.launched: list[tuple[int, int]] = []  # (graph exec, stream)
         self.uploads = 0
         self.fail_update: int | None = None  # a node handle whose host updates fail (until cleared)
@@ -95,6 +97,8 @@ class FakeGraphs:
         self.rings: dict[int, list] = {}  # graph exec -> [its ring, its launches so far]
         monkeypatch.setattr(_updates, "updater", lambda device: (UPDATER, "") if device_updates else
                             (0, "the fake driver has no device-side updates"))  # fmt: skip
+        monkeypatch.setattr(_updates, "copier", lambda device: COPIER if device_updates else 0)
+        monkeypatch.setattr(_updates, "copy_bytes", self._copy_kernel)
         monkeypatch.setattr(_updates.Ring, "prologue", lambda ring, function: self._prologue(ring, function))
         monkeypatch.setattr(_updates.Ring, "launch", lambda ring, function, stream: self._run_updater(ring, function))
         self.captures = 0  # captures made so far
@@ -213,6 +217,11 @@ class FakeGraphs:
         assert self._capturing is not None, "launchpad copies only inside its capture"
         params = FakeCopyParams((source, destination))
         self._add(Node(next(self.handles), "memcpy", addresses=(source, destination), params=params))
+
+    def _copy_kernel(self, function, destination, source, nbytes, stream) -> None:
+        assert function == COPIER and self._capturing is not None, "launchpad copies only inside its capture"
+        self._add(Node(next(self.handles), "kernel", COPIER, (1, 1, 1), (256, 1, 1), 0, 0, ((0, 8), (8, 8), (16, 8)),
+                       struct.pack("<QQQ", destination, source, nbytes), None, "launchpad_copy_bytes"))  # fmt: skip
 
     def _prologue(self, ring, function) -> None:
         assert function == UPDATER and self._capturing is not None
@@ -348,6 +357,16 @@ class FakeGraphs:
     def reads(self, seq, index: int) -> bytes:
         """The parameter block (or copy struct) node ``index`` of ``seq``'s graph holds now."""
         return bytes(self.state[seq._state.plan.nodes[index].handle])
+
+    def copied_from(self, seq, index: int) -> int:
+        """The source address launchpad's copy node ``index`` reads now (a memcpy node, or its copy kernel's)."""
+        kind = seq._state.plan.nodes[index].kind
+        return struct.unpack_from("<Q", self.reads(seq, index), 48 if kind == "memcpy" else 8)[0]
+
+    def copied_to(self, seq, index: int) -> int:
+        """The destination address launchpad's copy node ``index`` writes now."""
+        kind = seq._state.plan.nodes[index].kind
+        return struct.unpack_from("<Q", self.reads(seq, index), 136 if kind == "memcpy" else 0)[0]
 
     def words(self, seq, index: int) -> list[int]:
         """Node ``index``'s 8-byte words now (its pointers)."""

@@ -331,6 +331,12 @@ def describe_input(i: Input) -> str:
     return f"{i.name}:{i.dtype}{list(i.shape)}/{i.layout}{f' < {i.hi:g}' if i.kind == 'index' else ''}{alias}"
 
 
+def copies(r: Result) -> str:
+    """What the sequence copies, as its ``explain()`` says: inputs in (and back), outputs out."""
+    ins, outs = r.explain.count("copied into the sequence's own buffer"), r.explain.count("copied there at the graph")
+    return f", copies {ins} in {outs} out" if ins or outs else ""
+
+
 def report(r: Result, replays: int) -> str:
     """One line for the case; for a wrong or failed one, then what differs, the step and how to run it alone."""
     c = r.case
@@ -338,7 +344,7 @@ def report(r: Result, replays: int) -> str:
     if r.status == "refused":
         return f"{head}: refused: {r.refused} [{describe(c)}]"
     if r.status == "ok":
-        return f"{head}: ok {r.ok} replays [{describe(c)}] ({r.seconds:.1f} s)"
+        return f"{head}: ok {r.ok} replays{copies(r)} [{describe(c)}] ({r.seconds:.1f} s)"
     first = next((f"{label}: {p[0]}" for label, p in r.problems.items()), "")
     status = f"WRONG {r.wrong} of {r.wrong + r.ok} replays: {first}" if r.wrong else "ERROR"
     lines = [f"{head}: {status}{' (and an ERROR)' if r.wrong and r.errors else ''} [{describe(c)}]"]
@@ -395,8 +401,9 @@ def run(seed: int, steps: int, replays: int, only: int | None = None, log: Any =
             if r.broken:
                 log(f"fuzz: the CUDA context no longer works after case {index}: the remaining steps are not run")
                 break
+    copying = sum(1 for r in s.results if r.status == "ok" and copies(r))
     log(f"fuzz: seed {seed}, {len(seeds)} steps x {replays} replays: {s.ok} replays ok, {s.wrong} wrong, "
-        f"{s.refused} refused steps, {s.errors} errors")  # fmt: skip
+        f"{s.refused} refused steps, {s.errors} errors ({copying} steps with copies)")  # fmt: skip
     return s
 
 

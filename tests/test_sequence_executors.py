@@ -240,17 +240,20 @@ def test_the_updater_compiles_and_links_with_the_device_runtime(monkeypatch):
     monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
     monkeypatch.setattr(_driver, "compute_capability", lambda device: (9, 0))
     monkeypatch.setattr(_driver, "load_function", lambda cubin, name, device: loaded.append((cubin, name)) or ("m", 7))
-    updates.updater.cache_clear()
+    updates._functions.cache_clear()
     try:
-        assert updates.updater(0) == (7, "")
-        cubin, name = loaded[0]
+        assert updates.updater(0) == (7, "") and updates.copier(0) == 7
+        (cubin, name), (same, copy) = loaded[:2]
         assert cubin[:4] == b"\x7fELF" and name == "launchpad_apply_updates" and b"launchpad_apply_updates" in cubin
+        assert same == cubin and copy == "launchpad_copy_bytes" and b"launchpad_copy_bytes" in cubin
         monkeypatch.setattr(_driver, "driver_version", lambda: 12030)
-        updates.updater.cache_clear()
+        updates._functions.cache_clear()
         assert updates.updater(0) == (0, "the driver is older than CUDA 12.4 (no device-side graph updates)")
         monkeypatch.setattr(_driver, "driver_version", lambda: 13000)
         monkeypatch.setattr(toolchain, "device_runtime", lambda: None)
-        updates.updater.cache_clear()
-        assert updates.updater(0)[1].startswith("CUDA's device runtime (libcudadevrt.a) is not installed")
+        updates._functions.cache_clear()
+        assert updates.copier(0) == 0 and updates.updater(0)[1].startswith(
+            "CUDA's device runtime (libcudadevrt.a) is not installed"
+        )
     finally:
-        updates.updater.cache_clear()
+        updates._functions.cache_clear()

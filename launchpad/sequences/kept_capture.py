@@ -5,7 +5,9 @@
 1. It captures the recorded function once more, as it will run: launchpad's updater node first
    where nodes are updated from the device, copy nodes in (and back) for the inputs no node can be
    re-pointed for, the function's own nodes, and copy nodes out for the outputs no re-pointing can
-   follow.
+   follow. Where nodes are updated from the device, a copy is launchpad's copy kernel
+   (``launchpad_copy_bytes``), whose addresses the updater changes too; else a memcpy node, which
+   only the host can change (a driver call per replay and copy).
 2. Four captures are made of that: a twin, a control and a third, each in a memory pool of its own,
    and last the kept one, into the twin's pool (so that bytes which differ between the twin and the
    kept one vary alone). The kept capture is made last, so that what the function leaves behind (a
@@ -97,13 +99,14 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
     wants_device = function and any(plan.nodes[u.node].kind == "kernel" for p in plan.inputs.values() for u in p.uses)
     ring = _updates.Ring(device, _capacity(plan, estimate=True)) if wants_device else None
     skip = frozenset({function}) if ring is not None else frozenset()
+    copier = _updates.copier(device) if ring is not None else 0  # (else memcpy nodes: updated from the host)
     run = {**values, **{name: static for name, (static, _) in statics.items()}}
     is_pointer = lambda a: _driver.pointer_device(a) is not None
     copied: set[int] = set()
     for _ in range(ATTEMPTS + 1):
         holders = {k: torch.empty(max(held_bytes(plan, k), 1), dtype=torch.uint8, device=torch_device(device))
                    for k in copied}  # fmt: skip
-        recorded = _wrapper(fn, plan, values, firsts, statics, holders, ring, function, device)
+        recorded = _wrapper(fn, plan, values, firsts, statics, holders, ring, function, copier, device)
         take = functools.partial(_capture.capture, recorded, run, skip=skip, generators=generators)
         twin = take()
         twin.result = None  # its memory free again for the kept capture, made into the same pool
@@ -128,16 +131,17 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
         raise RecordError("the outputs of the recorded function could not be followed in a capture of their own")
     after = before + len(plan.nodes)
     backs = len(copies)
-    kinds = [n.kind for n in final.nodes[:before] + final.nodes[after:]]
-    if kinds != ["memcpy"] * (before + backs + len(copied)):
+    kinds = [(n.kind, n.function if copier else 0) for n in final.nodes[:before] + final.nodes[after:]]
+    if kinds != [("kernel", copier) if copier else ("memcpy", 0)] * (before + backs + len(copied)):
         raise RecordError("launchpad's copies were not captured as copy nodes")  # (a driver that merges them)
+    source, destination = (8, 0) if copier else (48, 136)  # (launchpad_copy_bytes's parameters, CUDA_MEMCPY3D's)
     for p in plan.inputs.values():
         p.uses = [replace(u, node=u.node + before) for u in p.uses]
     for k, p in enumerate(copies):
-        p.uses = [Use(k, 48, 8, SK_POINTER, "the source address of its copy"),
-                  Use(after + k, 136, 8, SK_POINTER, "the destination address of its copy back")]  # fmt: skip
+        p.uses = [Use(k, source, 8, SK_POINTER, "the source address of its copy"),
+                  Use(after + k, destination, 8, SK_POINTER, "the destination address of its copy back")]  # fmt: skip
     for j, k in enumerate(sorted(copied)):
-        plan.storages[k].uses = [Use(after + backs + j, 136, 8, SK_POINTER, "the destination of its copy")]
+        plan.storages[k].uses = [Use(after + backs + j, destination, 8, SK_POINTER, "the destination of its copy")]
     plan.nodes = final.nodes
     _verify_inputs(plan, final, run, values, others)
     return Kept(final, statics, holders, ring)
@@ -145,22 +149,25 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
 
 def _wrapper(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int],
              statics: dict[str, tuple[torch.Tensor, int]], holders: dict[int, torch.Tensor], ring: Any, function: int,
-             device: int) -> Callable[..., Any]:  # fmt: skip
-    """The function as the kept graph runs it (see the module documentation)."""
+             copier: int, device: int) -> Callable[..., Any]:  # fmt: skip
+    """The function as the kept graph runs it (see the module documentation); its copies are
+    launchpad's copy kernel where ``copier`` is one (its nodes updated from the device), else memcpy
+    nodes."""
+    copy = functools.partial(_updates.copy_bytes, copier) if copier else _driver.copy_device_to_device
 
     def recorded(**kw: Any) -> Any:
         stream = _checks.current_raw_stream(device)
         if ring is not None:
             ring.prologue(function)
         for name, (static, span) in statics.items():  # into the sequence's buffer: a copy whose source a replay moves
-            _driver.copy_device_to_device(static.data_ptr(), values[name].data_ptr(), span, stream)
+            copy(static.data_ptr(), values[name].data_ptr(), span, stream)
         result = fn(**kw)
         for name, (static, span) in statics.items():  # and back
-            _driver.copy_device_to_device(values[name].data_ptr(), static.data_ptr(), span, stream)
+            copy(values[name].data_ptr(), static.data_ptr(), span, stream)
         leaves = flatten(result)[1]
         for k in sorted(holders):  # an output into new memory: a copy whose destination a replay moves
             start = leaves[firsts[k]].untyped_storage().data_ptr()
-            _driver.copy_device_to_device(holders[k].data_ptr(), start, held_bytes(plan, k), stream)
+            copy(holders[k].data_ptr(), start, held_bytes(plan, k), stream)
         return result
 
     return recorded
@@ -265,6 +272,8 @@ def _overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
 
 def _capacity(plan: Plan, estimate: bool = False) -> int:
     """Entries a ring slot needs: every use of every input and output (before the kept capture is
-    followed, the words of the analysed capture that pointed into each output)."""
+    followed, the words of the analysed capture that pointed into each output), and one more per
+    output (its copy's destination, where it turns out to need one)."""
     outputs = sum(s.estimate if estimate else len(s.uses) for s in plan.storages)
-    return sum(len(p.uses) for p in plan.inputs.values()) + outputs + len(plan.storages)
+    inputs = sum(2 if p.copy else len(p.uses) for p in plan.inputs.values())  # (a copied one: its copy in and back)
+    return inputs + outputs + len(plan.storages)

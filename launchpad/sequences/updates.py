@@ -74,6 +74,8 @@ __all__ = [
     "SLOTS",
     "Ring",
     "Target",
+    "copier",
+    "copy_bytes",
     "refused_nodes",
     "updater",
 ]
@@ -131,28 +133,63 @@ extern "C" __global__ void launchpad_apply_updates(unsigned long long* ring, uns
         *(volatile unsigned long long*)ring = launch + 1;  // the host may reuse this slot
     }
 }
+
+// launchpad's copy node where nodes are updated from the device: a kernel node, whose addresses the updater
+// changes as it changes any kernel's (a memcpy node is changed only from the host, a driver call per replay).
+// 16-byte words where both ends are 16-byte aligned, bytes otherwise; any grid.
+extern "C" __global__ void launchpad_copy_bytes(unsigned char* dst, const unsigned char* src, unsigned long long n) {
+    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x, k = 0;
+    if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
+        for (k = i; k < n / 16; k += step) ((uint4*)dst)[k] = ((const uint4*)src)[k];
+        k = n / 16 * 16;
+    }
+    for (k += i; k < n; k += step) dst[k] = src[k];
+}
 """
 
 
-@functools.cache
 def updater(device: int) -> tuple[int, str]:
     """The updater's function on ``device`` (0 where it cannot run) and why not."""
+    functions, note = _functions(device)
+    return functions[0], note
+
+
+def copier(device: int) -> int:
+    """The copy kernel's function on ``device`` (``launchpad_copy_bytes``; 0 where the updater cannot run)."""
+    return _functions(device)[0][1]
+
+
+def copy_bytes(function: int, destination: int, source: int, nbytes: int, stream: int) -> None:
+    """Launch the copy kernel (:func:`copier`'s ``function``) on ``stream``: ``nbytes`` from ``source`` to
+    ``destination``, 4 KiB a block of 256 threads, 1024 blocks at most."""
+    args = [ctypes.c_void_p(destination), ctypes.c_void_p(source), ctypes.c_uint64(nbytes)]
+    params = (ctypes.c_void_p * 3)(*[ctypes.addressof(a) for a in args])
+    grid = (min(max(-(-nbytes // 4096), 1), 1024), 1, 1)
+    _driver.launch_kernel(function, grid, (256, 1, 1), 0, stream, ctypes.addressof(params))
+
+
+@functools.cache
+def _functions(device: int) -> tuple[tuple[int, int], str]:
+    """The updater's and the copy kernel's functions on ``device`` ((0, 0) where they cannot run) and why not."""
     try:
         if _driver.driver_version() < 12040:
-            return 0, "the driver is older than CUDA 12.4 (no device-side graph updates)"
+            return (0, 0), "the driver is older than CUDA 12.4 (no device-side graph updates)"
         major, minor = _driver.compute_capability(device)
         if major < 7:
-            return 0, f"sm_{major}{minor} has no device-side graph updates"
+            return (0, 0), f"sm_{major}{minor} has no device-side graph updates"
         library = _toolchain.device_runtime()
         if library is None:
-            return 0, "CUDA's device runtime (libcudadevrt.a) is not installed: install launchpad's cu12 or cu13 extra"
+            runtime = "CUDA's device runtime (libcudadevrt.a) is not installed: install launchpad's cu12 or cu13 extra"
+            return (0, 0), runtime
         arch = f"sm_{major}{minor}"
         obj = _toolchain.compile_object(UPDATER_SOURCE, arch=arch, output="ltoir")
         cubin = _toolchain.link([obj, library], arch, lto=True, what="launchpad's graph updater")
         _module, function = _driver.load_function(cubin, "launchpad_apply_updates", device)
+        _module, copy = _driver.load_function(cubin, "launchpad_copy_bytes", device)
     except LaunchpadError as exc:
-        return 0, f"launchpad's updater could not be built: {str(exc).splitlines()[0]}"
-    return int(function), ""
+        return (0, 0), f"launchpad's updater could not be built: {str(exc).splitlines()[0]}"
+    return (int(function), int(copy)), ""
 
 
 class Ring:
