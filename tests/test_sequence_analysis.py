@@ -111,8 +111,9 @@ def test_a_copied_output_holds_what_its_view_reaches(module, graphs, monkeypatch
 def test_a_small_output_takes_a_slot_of_a_batch_per_replay(module, graphs, monkeypatch):
     """An output of at most 512 bytes gets its memory from a ``Batch`` (one allocation cut into 64
     slots 512 bytes apart, as aligned as a tensor of its own): every replay a slot no other replay
-    returned, the kernel re-pointed at it writing the new values; 64 replays use a batch up, and a
-    replay on another stream starts a new one (its block belongs to the stream it was taken on)."""
+    returned, the kernel re-pointed at it writing the new values; 64 replays use a batch up. A replay
+    on another stream than the batch's takes a tensor of its own (the batch's block belongs to the
+    stream it was taken on), and the next replay on the batch's stream its next slot."""
     from launchpad.launch import checks as _checks
     from launchpad.sequences import sequence as _sequence
     from launchpad.sequences.output_memory import BATCH_COUNT, BATCH_PITCH, Batch
@@ -141,10 +142,68 @@ def test_a_small_output_takes_a_slot_of_a_batch_per_replay(module, graphs, monke
     assert len({t.data_ptr() for t in kept}) == len(kept)  # no slot returned twice
     assert len(starts) == 2 and kept[BATCH_COUNT].storage_offset() == 0  # the 65th replay: a new batch
     assert kept[BATCH_COUNT - 1].storage_offset() == (BATCH_COUNT - 1) * BATCH_PITCH // 4
-    stream[0] = 0x6000  # another stream: a new batch, though this one has slots left
+    stream[0] = 0x6000  # another stream while the batch has slots left: a tensor of its own
     other = seq(f32())
-    assert other.storage_offset() == 0 and other.untyped_storage().data_ptr() not in starts
+    assert other.untyped_storage().nbytes() == 8 and other.untyped_storage().data_ptr() not in starts
     assert graphs.reads(seq, use.node)[use.offset : use.offset + 8] == struct.pack("<Q", other.data_ptr())
+    stream[0] = 0x5000  # back: the batch's next slot
+    back = seq(f32())
+    assert back.untyped_storage().data_ptr() == kept[-1].untyped_storage().data_ptr()
+    assert back.storage_offset() == kept[-1].storage_offset() + BATCH_PITCH // 4
+    # a slot is no autograd view of its batch: in-place work with a tensor that requires grad is allowed
+    assert back._base is None and back.add_(torch.ones(2, requires_grad=True)).requires_grad
+    seq.close()
+    assert seq._state.allocators[0]._taken == []  # (the slots not taken are let go)
+
+
+def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_stream(monkeypatch):
+    """The Python replay asks a ``Batch`` outside the sequence's lock: threads on two streams, with
+    Python switching threads every microsecond, never take one slot twice, never fail, and take a
+    slot only on the stream its batch was allocated on (else a tensor of its own)."""
+    import sys
+    import threading
+
+    from launchpad.sequences import output_memory
+
+    local = threading.local()
+    monkeypatch.setattr(output_memory._checks, "current_raw_stream", lambda device: local.stream)
+    batch = output_memory.Batch((), (), torch.float32, -1)
+    origin: dict[int, int] = {}  # a batch's storage -> the stream it was allocated on
+    refill = batch.refill
+
+    def recording_refill():
+        slots = refill()
+        origin[slots[0].untyped_storage().data_ptr()] = local.stream
+        return slots
+
+    monkeypatch.setattr(batch, "refill", recording_refill)
+    taken, errors, crossed = [], [], []
+
+    def work(stream):
+        local.stream = stream
+        for _ in range(20000):
+            try:
+                t = batch()
+            except Exception as exc:  # (collected: a thread's exception would be lost)
+                errors.append(repr(exc))
+                continue
+            taken.append(t)
+            home = origin.get(t.untyped_storage().data_ptr(), stream)  # (a tensor of its own: any stream)
+            if home != stream:
+                crossed.append(stream)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work, args=(s,)) for s in (1, 1, 2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert errors == [] and crossed == []
+    assert len({t.data_ptr() for t in taken}) == len(taken) == 60000
 
 
 def test_a_scalar_after_the_padding_of_torchs_functor_is_followed(module, graphs):
@@ -422,6 +481,53 @@ def test_a_host_leftover_pointing_into_an_input_in_the_kept_capture(module, grap
             assert graphs.reads(seq, seq.nodes - 2)[:8] == struct.pack("<Q", got.data_ptr())
         else:
             assert graphs.reads(seq, seq.nodes - 1)[:16] == struct.pack("<QQ", got.data_ptr(), x.data_ptr())
+
+
+def test_the_first_attempt_of_the_kept_capture_is_let_go_before_the_second():
+    """A retry with inputs copied runs after the handler of the first attempt's error: its traceback
+    would otherwise hold that attempt's captures (graphs and memory pools) through the second's."""
+    import gc
+    import weakref
+
+    from launchpad.sequences import kept_capture
+    from launchpad.sequences.analysis import Plan
+
+    class Capture:  # (the first attempt's kept capture, as a local of its frame)
+        pass
+
+    alive: list = []
+
+    def attempt(fn, plan, values, firsts, device, function, generators=()):
+        if not alive:
+            final = Capture()
+            alive.append(weakref.ref(final))
+            raise kept_capture._StaleWords("stale", {})
+        gc.collect()
+        return alive[0]() is None
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(kept_capture, "_keep", attempt)
+        assert kept_capture.keep(None, Plan(nodes=[], inputs={}), {}, [], -1, 0)
+
+
+def test_a_word_into_an_inputs_storage_outside_its_bytes_is_refused_not_copied(module, graphs):
+    """A copy of an input holds the view's bytes alone: a word that points into the caller's storage
+    outside them in every capture (its base's memory) would still read the recorded memory after a
+    copy, so it is refused as before, not retried with the input copied."""
+    scale = graphs.fake.install(module["scale"])
+    base = f32(2 * N)
+    first: list[int] = []
+
+    def step(x):
+        first.append(x.data_ptr())  # (the word keeps the first value's address, minus 8: its base's bytes)
+        graphs.foreign("at::native::elementwise_kernel<OffsetCalculator<3>>",
+                       (16, struct.pack("<QQ", 0, first[0] - 8)))  # fmt: skip
+        out = graphs.pool(torch.empty(N))
+        scale[1, N](out, x, 2.0, N)
+        return out
+
+    with pytest.raises(lp.RecordError, match="outside the tensor's own bytes"):
+        graphs.record(step, base[N:])
 
 
 def test_a_step_whose_compile_waits_for_the_host_is_warmed_up_again_unchecked(module, graphs, monkeypatch):

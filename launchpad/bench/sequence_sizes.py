@@ -62,7 +62,7 @@ def _variants(step: _SizedStep) -> dict[str, Any]:
 
     seq = launchpad.record(step.launches, *step.sets[0])
     device_updater = updates.updater
-    updates.updater = lambda device: (0, "switched off by the benchmark")  # type: ignore[assignment]
+    updates.updater = lambda device: (0, "switched off by the benchmark")
     try:
         host = launchpad.record(step.launches, *step.sets[0])
     finally:

@@ -152,7 +152,7 @@ def _sequence(ctx: Any, reads: int, compiled: bool | None = None, host: bool = F
     x, y, a = s.inputs[0]
     device_updater = updates.updater
     if host:  # the nodes updated from the host, as before device-side updates: the same run's comparison
-        updates.updater = lambda device: (0, "switched off by the benchmark")  # type: ignore[assignment]
+        updates.updater = lambda device: (0, "switched off by the benchmark")
     try:
         return s, launchpad.record(functools.partial(s.launches, reads=reads), x, y, a, compiled=compiled)
     finally:

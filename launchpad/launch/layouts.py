@@ -123,6 +123,7 @@ class ReplayOutput(NamedTuple):
     allocate: Callable[[], Any]  # () -> a tensor of new memory
     uses: tuple[ReplayUse, ...]
     refill: Callable[[], tuple] | None  # a Batch's: () -> new tensors, taken in turn on one stream; or None
+    # (with a refill, ``allocate`` is for a replay on another stream than the batch's)
 
 
 class DeviceTarget(NamedTuple):

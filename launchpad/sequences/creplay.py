@@ -48,7 +48,8 @@ def compiled_replay(st: SequenceState, python_replay: Callable[..., Any], get_st
         shape, strides = (tuple(value.shape), tuple(value.stride())) if tensor else ((), ())
         inputs.append(L.ReplayInput(name=name, is_tensor=tensor, dtype=dtype, shape=shape, strides=strides,
                                     uses=_uses(uses, st.entry_of, index, first), python_only=name in st.views))  # fmt: skip
-    outputs = tuple(L.ReplayOutput(allocate=allocate, uses=_uses(uses, st.entry_of, index, first),
+    outputs = tuple(L.ReplayOutput(allocate=allocate.plain if isinstance(allocate, Batch) else allocate,
+                                   uses=_uses(uses, st.entry_of, index, first),
                                    refill=allocate.refill if isinstance(allocate, Batch) else None)
                     for allocate, (first, uses) in zip(st.allocators, st.output_uses))  # fmt: skip
     ring = st.ring

@@ -81,12 +81,13 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
     try:
         return _keep(fn, plan, values, firsts, device, function, generators)
     except _StaleWords as stale:
-        for name, p in plan.inputs.items():  # the plan as it was given
-            p.uses, p.copy, p.writes = inputs[name]
-        plan.nodes, plan.storages = nodes, storages_
-        for name, why in stale.inputs.items():
-            plan.inputs[name].copy = why
-        return _keep(fn, plan, values, firsts, device, function, generators)
+        copy = stale.inputs  # (the retry runs after the handler: its traceback holds the first attempt's captures)
+    for name, p in plan.inputs.items():  # the plan as it was given
+        p.uses, p.copy, p.writes = inputs[name]
+    plan.nodes, plan.storages = nodes, storages_
+    for name, why in copy.items():
+        plan.inputs[name].copy = why
+    return _keep(fn, plan, values, firsts, device, function, generators)
 
 
 def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int], device: int, function: int,
@@ -230,6 +231,11 @@ def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any], val
                     raise RecordError(f"sequence input {name!r}: {where}, though the function was given the "
                                       "sequence's copy of it: a replay would leave that node reading the recorded "
                                       "tensor")  # fmt: skip
+                x = values[name]
+                if not x.data_ptr() <= address < x.data_ptr() + _span(x):  # (a copy holds the view's bytes alone)
+                    raise RecordError(f"sequence input {name!r}: {where} but did not move with it, outside the "
+                                      "tensor's own bytes: a replay would leave that node reading the recorded "
+                                      "memory")  # fmt: skip
                 stale.setdefault(name, f"{where} without moving with it")
     if stale:
         raise _StaleWords(f"sequence inputs {sorted(stale)} are pointed at by words that do not move with them", stale)

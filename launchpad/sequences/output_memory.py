@@ -11,17 +11,22 @@ time on an H100 host (torch's argument parsing, device guard and caching allocat
 third of what the whole replay of a small training step costs beside its graph launch. A batch is one
 allocation of :data:`BATCH_COUNT` slots :data:`BATCH_PITCH` bytes apart (the caching allocator's
 smallest block: every slot as aligned as a tensor of its own), cut into that many tensors of the
-output's layout by one ``unbind``. What a user can tell apart from a tensor of its own: the tensor
-is a view (``_base``) of its batch, and its storage is the batch's: a returned output held alive
-holds the batch's 32 KiB.
+output's layout by one ``unbind`` (each detached: no autograd view of the batch, so in-place ops
+with tensors that require grad work on it as on a tensor of its own). What a user can tell apart
+from a tensor of its own: its storage is the batch's (a returned output held alive holds the
+batch's 32 KiB, ``torch.save`` writes them, and ``resize_`` grows it into the next slots, which
+later replays write), and it is never an inference tensor.
 
 A batch belongs to the stream it was allocated on (the caching allocator reuses its block on that
-stream once every slot is freed): a replay on another stream starts a new batch.
+stream once every slot is freed): a replay on another stream takes a tensor of its own
+(``torch.empty_strided``), until the batch is used up and the next one is allocated on the stream
+of the replay that needs it. Two streams replaying in turn never refill at every call.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 
 import torch
@@ -46,15 +51,18 @@ def torch_device(device: int) -> torch.device:
 
 class Batch:
     """New memory for one small output, :data:`BATCH_COUNT` replays at a time (see the module
-    documentation). ``refill()`` allocates the next batch on torch's current stream;
-    ``_claunch.Replay`` keeps the batch it took and the stream it took it on. Calling the batch
-    is the Python replay's way: the next tensor, from a new batch where the last is used up or
-    was taken on another stream."""
+    documentation). ``refill()`` allocates the next batch on torch's current stream; ``plain``
+    allocates one tensor of the layout, for a replay on another stream. ``_claunch.Replay`` keeps
+    the batch it took and the stream it took it on; calling the batch is the Python replay's way
+    (under a lock of its own: the Python replay allocates outside the sequence's)."""
 
     def __init__(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: int):
         self.shape, self.stride, self.dtype, self.device = shape, stride, dtype, device
-        self._where = torch_device(device)
+        where = torch_device(device)
+        self.plain = functools.partial(torch.empty_strided, shape, stride, dtype=dtype, device=where)
+        self._where = where
         self._layout = ((BATCH_COUNT, *shape), (BATCH_PITCH // dtype.itemsize, *stride))
+        self._lock = threading.Lock()
         self._stream: int | None = None
         self._taken: list[torch.Tensor] = []
 
@@ -63,14 +71,22 @@ class Batch:
         current stream (never inference tensors: a replay outside inference mode may return them)."""
         with torch.inference_mode(False):
             memory = torch.empty(BATCH_COUNT * BATCH_PITCH, dtype=torch.uint8, device=self._where)
-            return memory.view(self.dtype).as_strided(*self._layout).unbind(0)
+            return tuple(t.detach() for t in memory.view(self.dtype).as_strided(*self._layout).unbind(0))
 
     def __call__(self) -> torch.Tensor:
         stream = _checks.current_raw_stream(self.device)
-        if not self._taken or stream != self._stream:
-            self._taken = list(reversed(self.refill()))
-            self._stream = stream
-        return self._taken.pop()
+        with self._lock:
+            if self._taken and stream != self._stream:
+                return self.plain()
+            if not self._taken:
+                self._taken = list(reversed(self.refill()))
+                self._stream = stream
+            return self._taken.pop()
+
+    def drop(self) -> None:
+        """Let go of the slots not taken (the sequence is closed)."""
+        with self._lock:
+            self._taken = []
 
     def __repr__(self) -> str:
         return f"Batch({self.shape}, {self.stride}, {self.dtype}, device={self.device})"

@@ -131,6 +131,8 @@ class SequenceState:
         (``Sequence.close()``; the caller holds the lock). The finalizer runs now: it waits for the
         device, then resets the graph. Later replays must be refused by the caller."""
         self.closed = True
+        for allocate in self.allocators:  # (a batch's slots not taken: 32 KiB each)
+            getattr(allocate, "drop", lambda: None)()
         self.targets, self.statics, self.holders, self.current = {}, {}, {}, []
         self.hosts, self.launch = [], None  # (the derived tables' references to targets and the graph)
         self.graph = self.ring = None

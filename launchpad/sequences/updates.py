@@ -65,6 +65,7 @@ from ..errors import LaunchpadError
 from ..launch import checks as _checks
 
 __all__ = [
+    "COPY_SOURCE",
     "DEVICE",
     "DRIFT",
     "HEADER",
@@ -134,18 +135,6 @@ extern "C" __global__ void launchpad_apply_updates(unsigned long long* ring, uns
     }
 }
 
-// launchpad's copy node where nodes are updated from the device: a kernel node, whose addresses the updater
-// changes as it changes any kernel's (a memcpy node is changed only from the host, a driver call per replay).
-// 16-byte words where both ends are 16-byte aligned, bytes otherwise; any grid.
-extern "C" __global__ void launchpad_copy_bytes(unsigned char* dst, const unsigned char* src, unsigned long long n) {
-    unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
-    unsigned long long step = (unsigned long long)gridDim.x * blockDim.x, k = 0;
-    if ((((unsigned long long)dst | (unsigned long long)src) & 15) == 0) {
-        for (k = i; k < n / 16; k += step) ((uint4*)dst)[k] = ((const uint4*)src)[k];
-        k = n / 16 * 16;
-    }
-    for (k += i; k < n; k += step) dst[k] = src[k];
-}
 """
 
 
@@ -169,6 +158,40 @@ def copy_bytes(function: int, destination: int, source: int, nbytes: int, stream
     _driver.launch_kernel(function, grid, (256, 1, 1), 0, stream, ctypes.addressof(params))
 
 
+#: launchpad's copy node where nodes are updated from the device (built with the updater): a kernel node,
+#: whose addresses the updater changes as it changes any kernel's, where a memcpy node is changed only from
+#: the host, a driver call per replay and copy.
+COPY_SOURCE = r"""
+// Copies n bytes with the widest words both ends allow: bytes up to dst's next word boundary, then
+// words, then the bytes left, the words as wide as the addresses agree modulo 16 (8, 4, 2: 1 at
+// worst). Any grid: every loop strides by the grid's threads.
+template <typename Word>
+__device__ void launchpad_copy_words(unsigned char* dst, const unsigned char* src, unsigned long long n,
+                                     unsigned long long first, unsigned long long step) {
+    const unsigned long long size = sizeof(Word);
+    unsigned long long head = (size - ((unsigned long long)dst & (size - 1))) & (size - 1);
+    if (head > n) head = n;
+    const unsigned long long words = (n - head) / size, tail = head + words * size;
+    for (unsigned long long k = first; k < head; k += step) dst[k] = src[k];
+    Word* d = (Word*)(dst + head);
+    const Word* s = (const Word*)(src + head);
+    for (unsigned long long k = first; k < words; k += step) d[k] = s[k];
+    for (unsigned long long k = tail + first; k < n; k += step) dst[k] = src[k];
+}
+
+extern "C" __global__ void launchpad_copy_bytes(unsigned char* dst, const unsigned char* src, unsigned long long n) {
+    const unsigned long long first = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+    const unsigned long long step = (unsigned long long)gridDim.x * blockDim.x;
+    const unsigned long long skew = (unsigned long long)dst ^ (unsigned long long)src;
+    if ((skew & 15) == 0) launchpad_copy_words<uint4>(dst, src, n, first, step);
+    else if ((skew & 7) == 0) launchpad_copy_words<unsigned long long>(dst, src, n, first, step);
+    else if ((skew & 3) == 0) launchpad_copy_words<unsigned int>(dst, src, n, first, step);
+    else if ((skew & 1) == 0) launchpad_copy_words<unsigned short>(dst, src, n, first, step);
+    else launchpad_copy_words<unsigned char>(dst, src, n, first, step);
+}
+"""
+
+
 @functools.cache
 def _functions(device: int) -> tuple[tuple[int, int], str]:
     """The updater's and the copy kernel's functions on ``device`` ((0, 0) where they cannot run) and why not."""
@@ -183,10 +206,10 @@ def _functions(device: int) -> tuple[tuple[int, int], str]:
             runtime = "CUDA's device runtime (libcudadevrt.a) is not installed: install launchpad's cu12 or cu13 extra"
             return (0, 0), runtime
         arch = f"sm_{major}{minor}"
-        obj = _toolchain.compile_object(UPDATER_SOURCE, arch=arch, output="ltoir")
+        obj = _toolchain.compile_object(UPDATER_SOURCE + COPY_SOURCE, arch=arch, output="ltoir")
         cubin = _toolchain.link([obj, library], arch, lto=True, what="launchpad's graph updater")
-        _module, function = _driver.load_function(cubin, "launchpad_apply_updates", device)
-        _module, copy = _driver.load_function(cubin, "launchpad_copy_bytes", device)
+        module, function = _driver.load_function(cubin, "launchpad_apply_updates", device)
+        copy = _driver.module_function(module, "launchpad_copy_bytes")
     except LaunchpadError as exc:
         return (0, 0), f"launchpad's updater could not be built: {str(exc).splitlines()[0]}"
     return (int(function), int(copy)), ""

@@ -65,6 +65,11 @@ def load_function(image: bytes, name: str, device: int) -> tuple[Any, Any]:
     return module, function
 
 
+def module_function(module: Any, name: str) -> Any:
+    """Another function of a module :func:`load_function` loaded (its handle)."""
+    return check(_cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name!r})")
+
+
 def load_library(image: bytes, kind: str, name: str, device: int) -> tuple[Any, Any]:
     """Load an image as a cuda.core ``ObjectCode`` (a ``CUlibrary``: what numba-cuda's module
     callbacks take) and get ``name``'s function in ``device``'s context.

@@ -161,19 +161,24 @@ static int left_out_in_place(Replay *self, Call *c) {
     return LP_OK;
 }
 
-/* A small output's next tensor from its batch (launchpad/sequences/output_memory.py), a new batch
- * where the last is used up or was allocated on another stream. No Python runs between the check
- * and the take: two threads never take one tensor. */
+/* A small output's next tensor from its batch (launchpad/sequences/output_memory.py): a new batch on
+ * this stream where the last is used up, a tensor of its own (``allocate``) on another stream than
+ * the batch's. No Python runs between a check and the take that follows it, and a new batch is in
+ * place before the old one is released: two threads never take one tensor. */
 static PyObject *take_from_batch(Output *out, void *stream) {
-    if (out->batch == NULL || out->taken >= PyTuple_GET_SIZE(out->batch) || out->stream != stream) {
+    if (out->batch != NULL && out->taken < PyTuple_GET_SIZE(out->batch) && out->stream != stream)
+        return PyObject_CallNoArgs(out->allocate);
+    if (out->batch == NULL || out->taken >= PyTuple_GET_SIZE(out->batch)) {
         PyObject *batch = PyObject_CallNoArgs(out->refill);
         if (batch == NULL || !PyTuple_CheckExact(batch) || PyTuple_GET_SIZE(batch) == 0) {
             Py_XDECREF(batch);
             return NULL;
         }
         PyObject *last = out->batch;
-        out->batch = batch, out->taken = 0, out->stream = stream;
-        Py_XDECREF(last);  /* (after the batch is in place: its tensors' release may run Python) */
+        out->batch = batch, out->taken = 1, out->stream = stream;
+        PyObject *fresh = Py_NewRef(PyTuple_GET_ITEM(batch, 0));
+        Py_XDECREF(last);  /* (after the take: releasing the old batch may run Python) */
+        return fresh;
     }
     return Py_NewRef(PyTuple_GET_ITEM(out->batch, out->taken++));
 }
