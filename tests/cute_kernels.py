@@ -8,6 +8,10 @@
 * ``cluster_scale_kernel`` / ``cluster_scale``: a Hopper kernel launched in clusters of 2 blocks
   (``cluster=(2, 1, 1)``): each block writes ``2 * x + its rank in the cluster`` after a cluster
   barrier, so a launch without the cluster gives different values.
+* ``cluster_rotate_kernel`` / ``cluster_rotate``: clusters of 2 blocks exchanging shared memory
+  (distributed shared memory through ``mapa``): each block writes ``2 * (its cluster peer's x) + x``.
+  Its output is a ``cutlass.Array`` (a static layout: a bare pointer), its host function takes a
+  ``stream`` and its cluster shape is a ``Constexpr`` tuple.
 
 ``python tests/cute_kernels.py`` (with nvidia-cutlass-dsl installed, no GPU needed) compiles each for
 sm_90a through ``launchpad.from_cute`` and saves the artifacts under ``tests/cubins/cute/``, which
@@ -21,6 +25,8 @@ import sys
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
+from cutlass.experimental import primitives as prims
 
 THREADS = 128
 
@@ -105,10 +111,36 @@ def cluster_scale(x: cute.Tensor, out: cute.Tensor, n: cutlass.Int32):
     )
 
 
+CLUSTER_BLOCKS = 2
+ROTATE_N = CLUSTER_BLOCKS * THREADS * 2  # two clusters of two blocks
+
+
+@cute.kernel
+def cluster_rotate_kernel(x: cute.Tensor, out: cutlass.Array, CLUSTER: cutlass.Constexpr):
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    rank = cute.arch.block_idx_in_cluster()
+    size = CLUSTER[0] * CLUSTER[1]
+    tile = cutlass.Array(cutlass.Float32, THREADS, space=cutlass.AddressSpace.smem, alignment=16)
+    i = bidx * THREADS + tidx
+    tile[tidx] = x[i]
+    prims.barrier_cluster_arrive()
+    prims.barrier_cluster_wait()
+    peer = prims.mapa(tile.data_ptr(), (rank + 1) % cutlass.Int32(size))
+    out[i] = (peer + tidx).load() * 2.0 + x[i]
+    prims.barrier_cluster_arrive()  # the peer's tile stays until every block of the cluster has read it
+    prims.barrier_cluster_wait()
+
+
+@cute.jit
+def cluster_rotate(x: cute.Tensor, out: cutlass.Array, stream, CLUSTER: cutlass.Constexpr):
+    cluster_rotate_kernel(x, out, CLUSTER).launch(
+        grid=(ROTATE_N // THREADS, 1, 1), block=(THREADS, 1, 1), cluster=(CLUSTER[0], CLUSTER[1], 1), stream=stream
+    )
+
+
 def fake_tensor(dtype, shape, *, align=16, divisibility=1):
     """A fake row-major tensor with dynamic modes (the last one divisible by ``divisibility``)."""
-    from cutlass.cute.runtime import make_fake_compact_tensor
-
     modes = tuple(cute.sym_int32(divisibility=divisibility if d == len(shape) - 1 else 1) for d in range(len(shape)))
     order = tuple(reversed(range(len(shape))))
     return make_fake_compact_tensor(dtype, modes, stride_order=order, assumed_align=align)
@@ -117,10 +149,17 @@ def fake_tensor(dtype, shape, *, align=16, divisibility=1):
 def examples() -> dict:
     """Each carried kernel: ``(jit function, example arguments)``."""
     f32 = cutlass.Float32
+    rotate_args = (
+        fake_tensor(f32, (0,)),
+        make_fake_compact_tensor(f32, (ROTATE_N,)),
+        make_fake_stream(),
+        (CLUSTER_BLOCKS, 1),
+    )
     return {
         "add": (add, (fake_tensor(f32, (0, 0), divisibility=8),) * 3),
         "row_softmax": (row_softmax, (fake_tensor(f32, (0, 0)), fake_tensor(f32, (0, 0)))),
         "cluster_scale": (cluster_scale, (fake_tensor(f32, (0,)), fake_tensor(f32, (0,)), cutlass.Int32(0))),
+        "cluster_rotate": (cluster_rotate, rotate_args),
     }
 
 

@@ -185,6 +185,35 @@ def test_cluster_and_shared_memory_reach_the_launch(fake_gpu):
     assert fake_gpu.last.shared_mem == 16
 
 
+def test_an_array_a_stream_and_a_constexpr_tuple(fake_gpu, fallbacks):
+    """A ``cutlass.Array`` parameter is its data pointer (a static layout: dtype, length, alignment
+    checked as a static tensor's); the host function's ``stream`` is CuTe's, not a kernel parameter
+    (launchpad launches on torch's stream); a ``Constexpr`` tuple is compiled in; the cluster and the
+    shared memory of the ``cutlass.Array`` in shared memory reach the launch."""
+    fn, args = ck.examples()["cluster_rotate"]
+    k = fake_gpu.install(lp.from_cute(fn, args, arch="sm_90"))
+    assert [(p.name, p.size) for p in k.params] == [("x", 16), ("out", 8)]
+    assert k.spec.args[1].options["type"] == f'!cute.memref<f32, gmem, align<4>, "({ck.ROTATE_N}):(1)">'
+    assert k.spec.args[2].kind == "const" and k.spec.args[2].value == [2, 1]
+    x, out = torch.randn(ck.ROTATE_N), torch.empty(ck.ROTATE_N)
+    k[4](x, out)
+    k[4](x, out, (2, 1))  # the Constexpr may be given: equal to the compiled one
+    with pytest.raises(ArgumentError, match="CLUSTER"):
+        k[4](x, out, (1, 2))
+    launch = fake_gpu.last
+    assert launch.ex["cluster"] == (2, 1, 1) and (launch.block, launch.shared_mem) == ((128, 1, 1), 512)
+    assert launch.params == [q(x.data_ptr()) + struct.pack("<ii", ck.ROTATE_N, 0), q(out.data_ptr())]
+    for bad, error, words in [
+        (torch.empty(ck.ROTATE_N - 1), ArgumentError, rf"shape\[0\] is {ck.ROTATE_N - 1} .*it is {ck.ROTATE_N}"),
+        (torch.empty(ck.ROTATE_N, dtype=torch.float64), ArgumentTypeError, "expected float32 elements"),
+        (torch.empty(2 * ck.ROTATE_N)[::2], ArgumentError, r"stride\[0\] is 2"),
+    ]:
+        with pytest.raises(error, match=words) as info:
+            k[4](x, bad)
+        assert "kernel 'cluster_rotate_kernel', argument 1 ('out')" in str(info.value)
+    assert len(fake_gpu.launches) == 2 and fallbacks
+
+
 @pytest.mark.parametrize(
     "make_bad, position, error, words",
     [

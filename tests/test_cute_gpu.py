@@ -91,6 +91,47 @@ def test_cluster_kernel_runs_in_clusters_of_two(compiled, n):
     assert torch.equal(out, x * 2.0 + rank)
 
 
+ROTATE_N = 512  # tests/cute_kernels.py: ROTATE_N, four blocks of 128 in clusters of two
+
+
+def rotated(x):
+    """Each block's output: 2 * its cluster peer's x + its own (peers of a 2-block cluster swap)."""
+    tiles = x.view(-1, 2, 128)
+    return (tiles.flip(1) * 2.0 + tiles).reshape(-1)
+
+
+def test_blocks_of_a_cluster_read_each_others_shared_memory(compiled):
+    """Distributed shared memory (``mapa``) between the 2 blocks of each cluster; the output a
+    ``cutlass.Array`` (a bare pointer), the cluster shape a ``Constexpr`` tuple."""
+    k = kernel("cluster_rotate", compiled)
+    assert k.spec.plan.cluster == (2, 1, 1) and k.spec.plan.shared_mem == 512
+    for seed in range(3):
+        x = rand(ROTATE_N, seed=20 + seed)
+        out = torch.full((ROTATE_N,), float("nan"), device="cuda")
+        k[4](x, out)
+        torch.cuda.synchronize()
+        assert torch.equal(out, rotated(x))
+    with pytest.raises(lp.ArgumentError, match=r"argument 1 \('out'\).*shape\[0\] is 256"):
+        k[4](x, torch.empty(256, device="cuda"))
+
+
+def test_a_cluster_kernel_in_a_recorded_step():
+    k = kernel("cluster_rotate")
+
+    def step(x, out):
+        k[4](x * 0.5, out)
+        return out + 1.0
+
+    x0, out = rand(ROTATE_N, seed=30), torch.empty(ROTATE_N, device="cuda")
+    seq = lp.record(step, x0, out)
+    for seed in range(20):
+        x = rand(ROTATE_N, seed=31 + seed)
+        got = seq(x, out)
+        torch.cuda.synchronize()
+        assert torch.equal(got, rotated(x * 0.5) + 1.0), seed
+    seq.close()
+
+
 def test_wrong_arguments_are_refused_before_the_launch(compiled):
     k = kernel("add", compiled)
     a, b = rand(16, 64, seed=7), rand(16, 64, seed=8)

@@ -162,6 +162,10 @@ def _record(launcher: Any, a: tuple, kw: dict) -> dict:
     body = launcher.funcBody
     bound = inspect.signature(body).bind(*launcher.func_args, **launcher.func_kwargs)
     params = [(pname, _describe(value)) for pname, value in bound.arguments.items()]
+    kw = dict(kw)
+    preprocess = getattr(launcher.dsl, "_preprocess_launch_config_args", None)
+    if preprocess is not None:  # CuTe's own: ``stream=`` is its ``async_deps`` (launchpad launches on torch's stream)
+        preprocess(a, kw)
     config = launcher.dsl.LaunchConfig(*a, **kw)
     return {
         "name": getattr(body, "__name__", "kernel"), "params": params,
@@ -181,15 +185,43 @@ def _describe(value: Any) -> tuple[str, Any]:
 
     if value is None or isinstance(value, (bool, int, float, str)):
         return ("const", value)
+    if isinstance(value, tuple) and all(_describe(v)[0] == "const" for v in value):
+        return ("const", list(value))  # a Constexpr tuple (a cluster shape), compiled in; a list, as saved (JSON)
     if isinstance(value, cutlass.Numeric):
         word = SCALAR_WORDS.get(type(value).__name__)
         return ("scalar", word) if word else ("other", f"a {type(value).__name__} scalar")
+    if isinstance(value, cutlass.Array):
+        return _describe_array(value)
     text = ""
     with contextlib.suppress(Exception):
         text = str(value.type)
     if text.startswith("!cute.memref"):
         return ("tensor", text)
     return ("other", f"a {type(value).__name__}" + (f" ({text})" if text else ""))
+
+
+#: CuTe DSL's numeric classes and the element type a memref names them by (:data:`ELEMENT_TYPES`).
+_ARRAY_ELEMENTS = {
+    "Int8": "i8", "Int16": "i16", "Int32": "i32", "Int64": "i64", "Uint8": "ui8", "Uint16": "ui16",
+    "Uint32": "ui32", "Uint64": "ui64", "Float16": "f16", "BFloat16": "bf16", "Float32": "f32", "Float64": "f64",
+    "Float8E4M3FN": "f8E4M3FN", "Float8E5M2": "f8E5M2",
+}  # fmt: skip
+
+
+def _describe_array(value: Any) -> tuple[str, Any]:
+    """A ``cutlass.Array`` in global memory: one MLIR value, its data pointer (the kernel's parameter
+    is that pointer); its element type, shape, strides (in elements) and alignment are static, so it
+    is the fully static tensor of the same layout, whose memref type says so and is checked the same."""
+    what = f"a cutlass.Array ({getattr(value, 'space', '?')} memory)"
+    element = _ARRAY_ELEMENTS.get(getattr(getattr(value, "dtype", None), "__name__", ""))
+    shape, strides = getattr(value, "shape", None), getattr(value, "strides", None)
+    space = str(getattr(value, "space", ""))
+    if space not in ("gmem", "generic") or element is None or not shape or not strides or len(shape) != len(strides):
+        return ("other", what)
+    if not all(type(v) is int for v in (*shape, *strides)):
+        return ("other", what)
+    layout = f"({','.join(map(str, shape))}):({','.join(map(str, strides))})"
+    return ("tensor", f'!cute.memref<{element}, {space}, align<{int(value.align)}>, "{layout}">')
 
 
 def _compile(host: Any, name: str, args: tuple, arch: str) -> tuple[list[dict], Any, bytes]:
