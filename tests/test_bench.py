@@ -831,6 +831,21 @@ def test_c_floor_loop_passes_one_prepacked_launch(monkeypatch):
     assert len(failing.calls) == 3  # the loop stops at the first error
 
 
+def test_the_breakdowns_dlpack_loop_reads_tensors_through_torchs_exchange_api():
+    """What the breakdown times as torch's share of a tensor argument: torch.Tensor and Parameter are
+    read (True), an object whose type has no DLPack C exchange API is not (False)."""
+    from launchpad.launch import executor as _executor
+
+    if _executor._claunch is None:
+        pytest.skip("the compiled module is not built here")
+    t = torch.randn(5, 3)
+    assert _executor._claunch.dlpack_loop(t, 100) is True
+    assert _executor._claunch.dlpack_loop(torch.nn.Parameter(t), 3) is True
+    assert _executor._claunch.dlpack_loop(np.ones(3), 3) is False
+    with pytest.raises(OverflowError):
+        _executor._claunch.dlpack_loop(t, 1 << 70)
+
+
 def test_c_floor_needs_the_compiled_module(monkeypatch):
     from launchpad.launch import executor as _executor
 

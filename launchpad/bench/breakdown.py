@@ -6,7 +6,10 @@ from the one above it by one piece of work, so the difference between rows is th
 the bound launch is the driver call with the GIL released; a launch of a kernel with no parameters
 adds the per-launch fixed work (device, entry, grid and block, stream); the raw-pointer launch adds
 three scalar arguments; the tensor launch adds reading two tensors through DLPack; the Triton
-launch adds its constexpr check, two NULL scratch pointers and the launch-hook check.
+launch adds its constexpr check, two NULL scratch pointers and the launch-hook check. Then a
+32-tensor launch against its own C floor gives the cost of one tensor argument, and a C loop of
+torch's DLPack read (``dltensor_from_py_object_no_sync``, which every tensor argument costs) gives
+torch's share of it.
 """
 
 from __future__ import annotations
@@ -22,7 +25,8 @@ import torch
 
 import launchpad
 
-from .context import CPP_NAME, CPP_SOURCE, CFloor, Context
+from ..launch import executor as _executor
+from .context import CPP_NAME, CPP_SOURCE, SWEEP_N, CFloor, Context, sweep_cpp_source
 from .harness import Timed
 from .launchers import pointer_value
 
@@ -51,8 +55,6 @@ STEPS = ("current device", "device entry", "grid, block, shared memory", "stream
 
 def _profile_steps(launches: dict) -> None:
     """With a profiling build of the compiled module (LAUNCHPAD_CFLAGS=-DLP_PROFILE): ns per step."""
-    from launchpad.launch import executor as _executor
-
     profile = getattr(_executor._claunch, "_profile", None)
     if profile is None:
         return
@@ -86,6 +88,10 @@ def main() -> int:
     bound = k.bind(1, 1024, x, y, n)
     t = ctx.triton()
     tri = launchpad.from_triton(t.compiled)
+    wide, many = launchpad.compile_cuda(sweep_cpp_source(32), "ptrs32"), ctx.sweep(32).ptrs
+    wide_floor = floor.launcher(floor.load(wide), 1, SWEEP_N, [*map(pointer_value, many), ctypes.c_int32(SWEEP_N)],
+                                ctx.stream)  # fmt: skip
+    dlpack_loop = _executor._claunch.dlpack_loop  # (the breakdown needs the compiled module)
     raw_x, raw_y, stream = x.data_ptr(), y.data_ptr(), ctx.stream
     get_device, get_stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
     calls = {
@@ -96,6 +102,9 @@ def main() -> int:
         "launch, 2 tensors and n (DLPack reads)": Timed(lambda: k.launch(1, 1024, x, y, n)),
         "launch, 2 tensors and n, stream= given": Timed(lambda: k.launch(1, 1024, x, y, n, stream=stream)),
         "Triton cubin launch (x, y, n; BLOCK built in)": Timed(lambda: tri.launch(1, None, x, y, n)),
+        "C floor, 32 pointers and n": Timed(batch=wide_floor),
+        "launch, 32 tensors and n": Timed(lambda: wide.launch(1, SWEEP_N, *many, SWEEP_N)),
+        "torch: one tensor's DLPack read (C loop)": Timed(batch=lambda count: dlpack_loop(x, count)),
         "python: torch._C._cuda_getDevice()": Timed(lambda: get_device()),
         "python: torch._C._cuda_getCurrentRawStream(0)": Timed(lambda: get_stream(0)),
         "python: an empty lambda": Timed(lambda: None),
@@ -105,14 +114,20 @@ def main() -> int:
                     "Triton cubin": lambda: tri.launch(1, None, x, y, n)})  # fmt: skip
     medians = _time(calls)
     base = medians["C floor (cuLaunchKernel in a C loop)"]
-    previous = None
+    previous: float | None = None
     path, why = launchpad.launch_path()
     print(f"launch path: {path}{f' ({why})' if why else ''}, {torch.cuda.get_device_name()}")
     print(f"{'variant':<50} {'ns':>8} {'x floor':>8} {'step':>8}")
     for key, value in medians.items():
-        step = "" if previous is None or key.startswith("python") else f"{value - previous:+8.0f}"
+        alone = previous is None or key.startswith(("python", "torch", "C floor, 32"))
+        step = "" if alone or previous is None else f"{value - previous:+8.0f}"
         print(f"{key:<50} {value:8.0f} {value / base:8.3f} {step:>8}")
         previous = value
+    fixed = medians["launch, no parameters (fixed per-launch work)"] - base
+    wide_cost = medians["launch, 32 tensors and n"] - medians["C floor, 32 pointers and n"]
+    per_tensor, read = (wide_cost - fixed) / 32, medians["torch: one tensor's DLPack read (C loop)"]
+    print(f"one tensor argument: {per_tensor:.0f} ns ((32-tensor launch over its floor - the fixed work) / 32), "
+          f"of which torch's DLPack read {read:.0f} ns ({read / per_tensor:.0%})")  # fmt: skip
     return 0
 
 

@@ -103,7 +103,7 @@ def allocators(plan: Plan, device: int) -> list[Callable[[], torch.Tensor]]:
         leaf, held = views[0], held_bytes(plan, k)
         span = (1 + sum((n - 1) * s for n, s in zip(leaf.shape, leaf.stride))) * leaf.dtype.itemsize
         if len(views) == 1 and leaf.offset == 0 and span == held and all(leaf.shape):
-            if held <= BATCH_PITCH and leaf.dtype.itemsize <= BATCH_PITCH:
+            if held <= BATCH_PITCH:  # (held is the leaf's span: its element fits too)
                 out.append(Batch(leaf.shape, leaf.stride, leaf.dtype, device))
             else:
                 out.append(functools.partial(torch.empty_strided, leaf.shape, leaf.stride, dtype=leaf.dtype,

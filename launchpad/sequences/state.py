@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from .analysis import Leaf, Plan, Use
+from .output_memory import Batch
 from .updates import DEVICE, Ring, Target
 
 __all__ = ["BROKEN", "LAUNCHES", "SequenceState"]
@@ -132,7 +133,8 @@ class SequenceState:
         device, then resets the graph. Later replays must be refused by the caller."""
         self.closed = True
         for allocate in self.allocators:  # (a batch's slots not taken: 32 KiB each)
-            getattr(allocate, "drop", lambda: None)()
+            if isinstance(allocate, Batch):
+                allocate.drop()
         self.targets, self.statics, self.holders, self.current = {}, {}, {}, []
         self.hosts, self.launch = [], None  # (the derived tables' references to targets and the graph)
         self.graph = self.ring = None

@@ -54,7 +54,7 @@ def load_function(image: bytes, name: str, device: int) -> tuple[Any, Any]:
     with _device.device_context(device):
         module = check(_cu.cuModuleLoadData(image), "cuModuleLoadData")
         try:
-            function = check(_cu.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name!r})")
+            function = module_function(module, name)
         except CudaError:
             err = _cu.cuModuleUnload(module)[0]
             if err != SUCCESS:  # reported, not raised: the error being raised says what went wrong first

@@ -129,6 +129,27 @@ static PyObject *launch_loop(PyObject *module, PyObject *args) {
     return PyLong_FromLong((long)r);
 }
 
+/* dlpack_loop(tensor, count) -> bool: ``count`` reads of one tensor through torch's DLPack C exchange
+ * API (dltensor_from_py_object_no_sync, the call every launch makes per tensor argument) from a C loop,
+ * the GIL held as a launch holds it: what the breakdown (launchpad.bench.breakdown) times as torch's
+ * share of a tensor argument. False where the tensor's type has no such API. */
+static PyObject *dlpack_loop(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *tensor;
+    long long count;
+    if (!PyArg_ParseTuple(args, "OL:dlpack_loop", &tensor, &count)) return NULL;
+    const DLPackExchangeAPI *api = lp_exchange_api((PyObject *)Py_TYPE(tensor));
+    if (api == NULL) Py_RETURN_FALSE;
+    DLTensor t;
+    for (long long i = 0; i < count; i++) {
+        if (api->dltensor_from_py_object_no_sync(tensor, &t) != 0) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "dlpack_loop: the DLPack read failed");
+            return NULL;
+        }
+    }
+    Py_RETURN_TRUE;
+}
+
 /* launch_first(pair, *args, **kwargs) -> pair[0](*args, **kwargs). Kernel.launch is this function bound
  * to (the kernel's launcher, what torch.compile needs of it): in eager one more C call, no Python frame;
  * under torch.compile, launchpad/tracing.py has Dynamo trace a polyfill of it instead, which launches
@@ -173,6 +194,8 @@ static PyMethodDef module_methods[] = {
     {"dlpack_dtype", dlpack_dtype, METH_O, "dlpack_dtype(tensor) -> (code, bits, lanes) of its DLPack dtype."},
     {"launch_first", (PyCFunction)(void (*)(void))launch_first, METH_FASTCALL | METH_KEYWORDS,
      "launch_first(pair, *args, **kwargs) -> pair[0](*args, **kwargs): Kernel.launch, bound to its pair."},
+    {"dlpack_loop", dlpack_loop, METH_VARARGS,
+     "dlpack_loop(tensor, count) -> bool: count DLPack C exchange reads of a tensor (the breakdown's torch share)."},
     {"launch_loop", launch_loop, METH_VARARGS,
      "launch_loop(cuLaunchKernel, function, count, grid, block, shared_mem, stream, params) -> CUresult: the C floor."},
 #ifdef LP_PROFILE
