@@ -221,7 +221,8 @@ def _describe_array(value: Any) -> tuple[str, Any]:
     if not all(type(v) is int for v in (*shape, *strides)):
         return ("other", what)
     layout = f"({','.join(map(str, shape))}):({','.join(map(str, strides))})"
-    return ("tensor", f'!cute.memref<{element}, {space}, align<{int(value.align)}>, "{layout}">')
+    align = getattr(value, "align", None)
+    return ("tensor", f'!cute.memref<{element}, {space}, {f"align<{int(align)}>, " if align else ""}"{layout}">')
 
 
 def _compile(host: Any, name: str, args: tuple, arch: str) -> tuple[list[dict], Any, bytes]:
