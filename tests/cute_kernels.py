@@ -12,6 +12,8 @@
   (distributed shared memory through ``mapa``): each block writes ``2 * (its cluster peer's x) + x``.
   Its output is a ``cutlass.Array`` (a static layout: a bare pointer), its host function takes a
   ``stream`` and its cluster shape is a ``Constexpr`` tuple.
+* ``Scaled``: a class-based kernel (``__call__`` the ``@cute.jit`` host function, the kernel a method
+  taking a static ``TiledCopy``): ``y = 3 * x``.
 
 ``python tests/cute_kernels.py`` (with nvidia-cutlass-dsl installed, no GPU needed) compiles each for
 sm_90a through ``launchpad.from_cute`` and saves the artifacts under ``tests/cubins/cute/``, which
@@ -139,6 +141,29 @@ def cluster_rotate(x: cute.Tensor, out: cutlass.Array, stream, CLUSTER: cutlass.
     )
 
 
+class Scaled:
+    """A class-based kernel, as CuTe DSL's examples write them: ``__call__`` is the ``@cute.jit`` host
+    function, the kernel a ``@cute.kernel`` method taking a static ``TiledCopy`` (no bytes at run
+    time) beside its tensors; ``factor`` is the object's, compiled in."""
+
+    def __init__(self, factor: float):
+        self.factor = factor
+
+    @cute.jit
+    def __call__(self, x: cute.Tensor, y: cute.Tensor):
+        atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), x.element_type, num_bits_per_copy=32)
+        tiled = cute.make_tiled_copy_tv(atom, cute.make_layout(THREADS), cute.make_layout(1))
+        self.kernel(x, y, tiled).launch(grid=((x.shape[0] + THREADS - 1) // THREADS, 1, 1), block=(THREADS, 1, 1))
+
+    @cute.kernel
+    def kernel(self, x: cute.Tensor, y: cute.Tensor, tiled: cute.TiledCopy):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        i = bidx * THREADS + tidx
+        if i < x.shape[0]:
+            y[i] = x[i] * self.factor
+
+
 def fake_tensor(dtype, shape, *, align=16, divisibility=1):
     """A fake row-major tensor with dynamic modes (the last one divisible by ``divisibility``)."""
     modes = tuple(cute.sym_int32(divisibility=divisibility if d == len(shape) - 1 else 1) for d in range(len(shape)))
@@ -160,6 +185,7 @@ def examples() -> dict:
         "row_softmax": (row_softmax, (fake_tensor(f32, (0, 0)), fake_tensor(f32, (0, 0)))),
         "cluster_scale": (cluster_scale, (fake_tensor(f32, (0,)), fake_tensor(f32, (0,)), cutlass.Int32(0))),
         "cluster_rotate": (cluster_rotate, rotate_args),
+        "scaled": (Scaled(3.0), (fake_tensor(f32, (0,)), fake_tensor(f32, (0,)))),
     }
 
 
@@ -169,7 +195,10 @@ def main(folder: str) -> None:
     import launchpad as lp
 
     os.makedirs(folder, exist_ok=True)
-    for name, (fn, args) in examples().items():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import cute_kernels  # the tests' import of this file: a class's kernel is named after its module
+
+    for name, (fn, args) in cute_kernels.examples().items():
         kernel = lp.from_cute(fn, args, arch="sm_90a")
         kernel.save(os.path.join(folder, f"{name}.json"))
         print(name, kernel.spec.name, [p.size for p in kernel.params], kernel.spec.plan)

@@ -214,6 +214,23 @@ def test_an_array_a_stream_and_a_constexpr_tuple(fake_gpu, fallbacks):
     assert len(fake_gpu.launches) == 2 and fallbacks
 
 
+def test_a_class_based_kernel_with_a_static_tiled_copy(fake_gpu, fallbacks):
+    """An object whose ``__call__`` is the ``@cute.jit`` host function (CuTe's class-based kernels):
+    the method's ``self`` is no parameter, a static ``TiledCopy`` holds no bytes at run time and is
+    compiled in (left out; given, it is refused: its value is not kept)."""
+    fn, args = ck.examples()["scaled"]
+    k = fake_gpu.install(lp.from_cute(fn, args, arch="sm_90"))
+    assert [(p.name, p.size) for p in k.params] == [("x", 16), ("y", 16)]
+    assert [(a.name, a.kind) for a in k.spec.args] == [("x", "expand"), ("y", "expand"), ("tiled", "const")]
+    assert k.spec.args[2].options["unknown"] and "TiledCopy" in k.spec.args[2].options["what"]
+    x, y = torch.randn(300), torch.empty(300)
+    k[3](x, y)
+    assert fake_gpu.last.params == [q(t.data_ptr()) + struct.pack("<ii", 300, 0) for t in (x, y)]
+    with pytest.raises(ArgumentError, match=r"argument 2 \('tiled'\).*not recorded"):
+        k[3](x, y, object())
+    assert len(fake_gpu.launches) == 1 and fallbacks
+
+
 @pytest.mark.parametrize(
     "make_bad, position, error, words",
     [

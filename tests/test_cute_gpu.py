@@ -132,6 +132,15 @@ def test_a_cluster_kernel_in_a_recorded_step():
     seq.close()
 
 
+def test_a_class_based_kernel_equals_torch(compiled):
+    k = kernel("scaled", compiled)
+    x = rand(1000, seed=40)
+    y = torch.full((1000,), float("nan"), device="cuda")
+    k[8](x, y)
+    torch.cuda.synchronize()
+    assert torch.equal(y, x * 3.0)
+
+
 def test_wrong_arguments_are_refused_before_the_launch(compiled):
     k = kernel("add", compiled)
     a, b = rand(16, 64, seed=7), rand(16, 64, seed=8)

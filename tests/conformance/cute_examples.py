@@ -5,14 +5,18 @@ NVIDIA's examples are not copied here: ``compile`` imports them from a CUTLASS c
 each kernel launchpad makes of them (``Kernel.save``) with what it is; ``run`` loads those
 artifacts on the GPU machine (no CuTe DSL there), launches each with random inputs through
 ``k[grid](...)`` and compares with torch, refuses a wrong argument, and replays one in a recorded
-step. The two examples are Hopper kernels launched in thread block clusters that exchange shared
-memory between the blocks of a cluster (distributed shared memory through ``mapa``):
+step. Two examples are Hopper kernels launched in thread block clusters that exchange shared
+memory between the blocks of a cluster (distributed shared memory through ``mapa``), the third a
+class-based normalization (a ``@cute.jit`` ``__call__``, a static ``TiledCopy`` parameter):
 
 * ``examples/python/CuTeDSL/experimental/primitives/mapa.py``: each block of a cluster reads its
   ring neighbour's rank from that block's shared memory (an ``mbarrier`` signalled across blocks);
 * ``examples/python/CuTeDSL/experimental/primitives/reduction/cluster_smem_reduce.py``: the blocks of
   a cluster reduce one tile each into rank 0's shared memory (``red.shared::cluster``, float
-  atomics, or a tree through ``mapa``), for sums, minima and maxima of four dtypes.
+  atomics, or a tree through ``mapa``), for sums, minima and maxima of four dtypes;
+* ``examples/python/CuTeDSL/cute/hopper/kernel/cta_norm/cta_norm.py`` (``hopper/cta_norm.py`` in
+  older checkouts): RMSNorm and LayerNorm of each row by one block, 128-bit loads, a block
+  reduction through warp shuffles and shared memory.
 
 Usage::
 
@@ -36,6 +40,10 @@ ROWS = 4  # the reduction example's _ROWS_PER_TILE
 REDUCTIONS = [((2, 1), 4, "add", "i32"), ((2, 2), 8, "add", "f32"), ((4, 1), 2, "max", "f32"),
               ((2, 2), 4, "min", "i32"), ((2, 2), 4, "min", "bf16"), ((4, 2), 1, "max", "f16")]  # fmt: skip
 RING_SIZES = [2, 4, 8]
+#: (norm, dtype, hidden size) of the normalization example's variants.
+NORMS = [("rms", "fp16", 4096), ("layer", "fp16", 4096), ("rms", "bf16", 1024), ("layer", "bf16", 2048)]
+NORM_PATHS = [Path("examples/python/CuTeDSL/cute/hopper/kernel/cta_norm/cta_norm.py"),
+              Path("examples/python/CuTeDSL/hopper/cta_norm.py")]  # fmt: skip
 
 
 def _import(path: Path, name: str):
@@ -49,6 +57,7 @@ def _import(path: Path, name: str):
 def compile_examples(cutlass: Path, out: Path) -> list[dict]:
     """Compile each variant for sm_90a through ``launchpad.from_cute`` and save it under ``out``."""
     import cutlass as cutlass_dsl
+    import cutlass.cute as cute
     from cutlass.cute.runtime import make_fake_compact_tensor, make_fake_stream
 
     import launchpad as lp
@@ -71,13 +80,57 @@ def compile_examples(cutlass: Path, out: Path) -> list[dict]:
         entries.append({"name": name, "example": "cluster_smem_reduce", "cluster": [cx, cy], "op": op,
                         "dtype": dtype, "cols": cols})  # fmt: skip
         k.save(out / f"{name}.json")
+    norm_path = next((cutlass / p for p in NORM_PATHS if (cutlass / p).is_file()), None)
+    if norm_path is None:
+        raise FileNotFoundError(f"no cta_norm.py under {cutlass} (looked for {', '.join(map(str, NORM_PATHS))})")
+    norm = _import(norm_path, "cute_example_cta_norm")
+    for kind, dtype, hidden in NORMS:
+        element = norm.DTYPE_MAP[dtype]
+        x = make_fake_compact_tensor(element, (cute.sym_int32(), hidden), stride_order=(1, 0), assumed_align=16)
+        w = make_fake_compact_tensor(element, (hidden,), assumed_align=16)
+        args = (x, x, w, w if kind == "layer" else None, cutlass_dsl.Float32(1e-6))
+        k = lp.from_cute(norm.CtaNorm(hidden, kind, None), args, arch="sm_90a")
+        entries.append({"name": f"cta_norm_{kind}_{dtype}_{hidden}", "example": "cta_norm", "norm": kind,
+                        "dtype": dtype, "hidden": hidden, "cluster": None})  # fmt: skip
+        k.save(out / f"{entries[-1]['name']}.json")
     for e in entries:
         print("compiled", e["name"])
     (out / "manifest.json").write_text(json.dumps(entries, indent=1))
     return entries
 
 
-TORCH_DTYPES = {"i32": "int32", "f32": "float32", "bf16": "bfloat16", "f16": "float16"}
+TORCH_DTYPES = {"i32": "int32", "f32": "float32", "bf16": "bfloat16", "f16": "float16", "fp16": "float16"}
+
+
+def _check_norm(k, entry: dict) -> str:
+    """Rows of random values against torch's rms_norm / layer_norm (the example's own tolerance, 1e-3;
+    bf16: its rounding, 1e-2); the static TiledCopy left out, eps by name; a wrong width refused."""
+    import torch
+
+    import launchpad as lp
+
+    dtype, hidden = getattr(torch, TORCH_DTYPES[entry["dtype"]]), entry["hidden"]
+    tol = 1e-3 if dtype == torch.float16 else 1e-2
+    for seed, rows in enumerate((1, 7, 300)):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        x = torch.randn(rows, hidden, device="cuda", generator=g).to(dtype)
+        w = torch.randn(hidden, device="cuda", generator=g).to(dtype)
+        b = torch.randn(hidden, device="cuda", generator=g).to(dtype) if entry["norm"] == "layer" else None
+        y = torch.full_like(x, float("nan"))
+        k[rows](y, x, w, b, eps=1e-6)
+        torch.cuda.synchronize()
+        if entry["norm"] == "layer":
+            want = torch.layer_norm(x.float(), (hidden,), w.float(), b.float(), 1e-6).to(dtype)
+        else:
+            want = torch.rms_norm(x.float(), (hidden,), w.float(), 1e-6).to(dtype)
+        torch.testing.assert_close(y, want, rtol=tol, atol=tol)
+    try:
+        k[1](y[:, :-8], x[:, :-8], w, b, eps=1e-6)
+    except lp.ArgumentError as exc:
+        assert "argument 0 ('mY')" in str(exc), exc
+    else:
+        raise AssertionError("a row of another width was launched")
+    return f"1, 7 and 300 random rows to {tol} (the example's tolerance); a wrong width refused"
 
 
 def _check_ring(k, entry: dict) -> str:
@@ -172,16 +225,18 @@ def run(folder: Path, report: Path | None) -> int:
     for entry in entries:
         k = lp.load(folder / f"{entry['name']}.json")
         try:
-            what = _check_ring(k, entry) if entry["example"] == "mapa" else _check_reduce(k, entry)
-            if entry["example"] != "mapa" and entry["dtype"] == "i32":
+            check = {"mapa": _check_ring, "cluster_smem_reduce": _check_reduce, "cta_norm": _check_norm}
+            what = check[entry["example"]](k, entry)
+            if entry["example"] == "cluster_smem_reduce" and entry["dtype"] == "i32":
                 what += "; " + _check_recorded(k, entry)
-            line = f"| {entry['name']} | cluster {tuple(k.spec.plan.cluster)} | equal | {what} |"
+            launch = f"cluster {tuple(k.spec.plan.cluster)}" if k.spec.plan.cluster else f"block {k.spec.plan.block[0]}"
+            line = f"| {entry['name']} | {launch} | equal | {what} |"
         except Exception as exc:  # every failure is reported, then the exit status says so
             failed += 1
             line = f"| {entry['name']} | cluster {tuple(k.spec.plan.cluster or ())} | FAILED | {type(exc).__name__}: {exc} |"
         print(line, flush=True)
         lines.append(line)
-    head = [f"# CuTe DSL's cluster examples through launchpad, {device}", "",
+    head = [f"# CuTe DSL's examples through launchpad, {device}", "",
             "| kernel | launch | result | checked |", "| --- | --- | --- | --- |"]  # fmt: skip
     tail = f"cute examples: {len(entries) - failed} of {len(entries)} equal to torch, {failed} failed"
     print(tail)

@@ -3,9 +3,9 @@
 :func:`from_cute` compiles a kernel through CuTe DSL (``cute.compile``; no GPU needed) for example
 arguments, either through the ``@cute.jit`` function that launches it or, for a bare
 ``@cute.kernel``, through a one-line launch function launchpad writes. While CuTe traces the host
-function, launchpad records the kernel's launch: each kernel argument's CuTe type (a tensor's
-``!cute.memref`` layout, a scalar's class) and the launch configuration (block, cluster, dynamic
-shared memory). The Kernel takes **the kernel's own arguments** (torch tensors for its tensors,
+function, launchpad records the kernel's launch (:mod:`.trace`): each kernel argument's CuTe type
+(a tensor's ``!cute.memref`` layout, a scalar's class) and the launch configuration (block,
+cluster, dynamic shared memory). The Kernel takes **the kernel's own arguments** (torch tensors for its tensors,
 numbers for its scalars) and a grid: ``k[grid](x, y, n)``. Each tensor is one by-value struct
 (:mod:`.layout`) packed per launch with every assumption checked (:mod:`.args`).
 
@@ -17,14 +17,11 @@ only when compiling; a saved CuTe kernel loads without it.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import inspect
 import os
 import shutil
 import tempfile
-import threading
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -35,12 +32,11 @@ from ...core.spec import Arg, KernelSpec, LaunchPlan, spec_from_image
 from ...errors import ArgumentError, ArgumentTypeError, BinaryError, CompileError, LaunchpadError
 from ...kernel import Kernel
 from . import args as _cute_args  # noqa: F401  (registers the converter the kernels use)
-from .layout import SCALAR_WORDS, parse_memref
+from .layout import parse_memref
+from .trace import recording
 from .versions import check_cute
 
 __all__ = ["cute_spec", "from_cute"]
-
-_lock = threading.Lock()  # one recorded compile at a time: the launch hook is process-wide
 
 
 def from_cute(
@@ -59,8 +55,9 @@ def from_cute(
     ----------
     fn : cute.jit or cute.kernel function
         The ``@cute.jit`` host function that launches the kernel (its block, cluster and shared
-        memory are the ones it launches with), or a ``@cute.kernel`` itself (then ``block`` is
-        needed: CuTe compiles it into the kernel as ``.reqntid``).
+        memory are the ones it launches with), an object whose ``__call__`` is one (CuTe's
+        class-based kernels), or a ``@cute.kernel`` itself (then ``block`` is needed: CuTe compiles
+        it into the kernel as ``.reqntid``).
     args : tuple
         Example arguments for ``fn``, as ``cute.compile`` takes them: CuTe tensors (fake ones from
         ``make_fake_compact_tensor``, or ``from_dlpack`` views, whose static and dynamic modes,
@@ -94,13 +91,16 @@ def from_cute(
     """
     check_cute()
     kind = getattr(fn, "_decorator_kind", None)
+    call = inspect.getattr_static(type(fn), "__call__", None)
+    if kind is None and getattr(call, "_decorator_kind", None) == "jit":
+        kind = "jit"  # an object whose __call__ is @cute.jit (CuTe's class-based kernels), as cute.compile takes it
     if kind not in ("jit", "kernel"):
         raise ArgumentTypeError(
             f"from_cute takes a @cute.jit or @cute.kernel function and example arguments, got {type(fn).__name__}; "
             "a compiled function (cute.compile's result) keeps no CuTe types of its kernel's parameters: pass the "
             "function it was compiled from"
         )
-    name = getattr(fn, "__wrapped__", fn).__name__
+    name = getattr(getattr(fn, "__wrapped__", fn), "__name__", type(fn).__name__)
     if not isinstance(args, (tuple, list)):
         raise ArgumentTypeError(f"kernel {name!r}: expected example arguments (a tuple), got {type(args).__name__}")
     target = _cute_arch(toolchain.resolve_arch(arch, kernel=name))
@@ -137,100 +137,12 @@ def _cute_arch(arch: str) -> str:
     return arch if major < 9 or arch.endswith(("a", "f")) else arch + "a"
 
 
-@contextlib.contextmanager
-def _recording() -> Iterator[list[dict]]:
-    """Record every kernel launch CuTe traces (its arguments' types, its configuration)."""
-    from cutlass.cutlass_dsl import cutlass as _cc
-
-    launches: list[dict] = []
-    original = _cc.KernelLauncher.launch
-
-    def launch(self: Any, *a: Any, **kw: Any) -> Any:
-        launches.append(_record(self, a, kw))
-        return original(self, *a, **kw)
-
-    with _lock:
-        setattr(_cc.KernelLauncher, "launch", launch)  # noqa: B010  (the hook, undone below)
-        try:
-            yield launches
-        finally:
-            setattr(_cc.KernelLauncher, "launch", original)  # noqa: B010
-
-
-def _record(launcher: Any, a: tuple, kw: dict) -> dict:
-    """One traced launch: the kernel's name, each argument's description, the configuration."""
-    body = launcher.funcBody
-    bound = inspect.signature(body).bind(*launcher.func_args, **launcher.func_kwargs)
-    params = [(pname, _describe(value)) for pname, value in bound.arguments.items()]
-    kw = dict(kw)
-    preprocess = getattr(launcher.dsl, "_preprocess_launch_config_args", None)
-    if preprocess is not None:  # CuTe's own: ``stream=`` is its ``async_deps`` (launchpad launches on torch's stream)
-        preprocess(a, kw)
-    config = launcher.dsl.LaunchConfig(*a, **kw)
-    return {
-        "name": getattr(body, "__name__", "kernel"), "params": params,
-        "block": _static(config.block), "cluster": _static(config.cluster) if config.has_cluster else None,
-        "smem": config.smem if isinstance(config.smem, int) else None if config.smem is None else "dynamic",
-    }  # fmt: skip
-
-
-def _static(dims: Any) -> tuple[int, ...] | str:
-    values = [1 if d is None else d for d in dims]
-    return tuple(values) if all(isinstance(d, int) for d in values) else "dynamic"
-
-
-def _describe(value: Any) -> tuple[str, Any]:
-    """``("tensor", type)``, ``("scalar", word)``, ``("const", value)`` or ``("other", what)``."""
-    import cutlass
-
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return ("const", value)
-    if isinstance(value, tuple) and all(_describe(v)[0] == "const" for v in value):
-        return ("const", list(value))  # a Constexpr tuple (a cluster shape), compiled in; a list, as saved (JSON)
-    if isinstance(value, cutlass.Numeric):
-        word = SCALAR_WORDS.get(type(value).__name__)
-        return ("scalar", word) if word else ("other", f"a {type(value).__name__} scalar")
-    if isinstance(value, cutlass.Array):
-        return _describe_array(value)
-    text = ""
-    with contextlib.suppress(Exception):
-        text = str(value.type)
-    if text.startswith("!cute.memref"):
-        return ("tensor", text)
-    return ("other", f"a {type(value).__name__}" + (f" ({text})" if text else ""))
-
-
-#: CuTe DSL's numeric classes and the element type a memref names them by (:data:`ELEMENT_TYPES`).
-_ARRAY_ELEMENTS = {
-    "Int8": "i8", "Int16": "i16", "Int32": "i32", "Int64": "i64", "Uint8": "ui8", "Uint16": "ui16",
-    "Uint32": "ui32", "Uint64": "ui64", "Float16": "f16", "BFloat16": "bf16", "Float32": "f32", "Float64": "f64",
-    "Float8E4M3FN": "f8E4M3FN", "Float8E5M2": "f8E5M2",
-}  # fmt: skip
-
-
-def _describe_array(value: Any) -> tuple[str, Any]:
-    """A ``cutlass.Array`` in global memory: one MLIR value, its data pointer (the kernel's parameter
-    is that pointer); its element type, shape, strides (in elements) and alignment are static, so it
-    is the fully static tensor of the same layout, whose memref type says so and is checked the same."""
-    what = f"a cutlass.Array ({getattr(value, 'space', '?')} memory)"
-    element = _ARRAY_ELEMENTS.get(getattr(getattr(value, "dtype", None), "__name__", ""))
-    shape, strides = getattr(value, "shape", None), getattr(value, "strides", None)
-    space = str(getattr(value, "space", ""))
-    if space not in ("gmem", "generic") or element is None or not shape or not strides or len(shape) != len(strides):
-        return ("other", what)
-    if not all(type(v) is int for v in (*shape, *strides)):
-        return ("other", what)
-    layout = f"({','.join(map(str, shape))}):({','.join(map(str, strides))})"
-    align = getattr(value, "align", None)
-    return ("tensor", f'!cute.memref<{element}, {space}, {f"align<{int(align)}>, " if align else ""}"{layout}">')
-
-
 def _compile(host: Any, name: str, args: tuple, arch: str) -> tuple[list[dict], Any, bytes]:
     """The launches CuTe traced, its compiled function and the cubin (kept in a temporary folder:
     ``--keep-cubin`` alone writes it to the working directory)."""
     import cutlass.cute as cute
 
-    with _recording() as launches, tempfile.TemporaryDirectory(prefix="launchpad-cute-") as folder:
+    with recording() as launches, tempfile.TemporaryDirectory(prefix="launchpad-cute-") as folder:
         try:
             compiled = cute.compile(host, *args, options=f"--keep-cubin --gpu-arch {arch} --dump-dir {folder}")
             image = bytes(compiled.artifacts.CUBIN or b"")
@@ -297,7 +209,7 @@ def cute_spec(image: bytes, symbol: str, record: dict, version: str = "") -> Ker
     if record["smem"] == "dynamic":
         raise LaunchpadError(f"kernel {name!r} is launched with dynamic shared memory computed at run time (smem=); "
                              "launchpad needs an amount fixed when compiling")  # fmt: skip
-    passed = [(pname, d) for pname, d in record["params"] if d[0] != "const"]
+    passed = [(pname, d) for pname, d in record["params"] if d[0] not in ("const", "static")]
     for pname, (kind, what) in passed:
         if kind == "other":  # TODO(launchpad): build a TMA atom's descriptor per launch, as Triton's are
             raise LaunchpadError(f"kernel {name!r}, parameter {pname!r} is {what}, which the @cute.jit host function "
@@ -315,6 +227,9 @@ def cute_spec(image: bytes, symbol: str, record: dict, version: str = "") -> Ker
     for position, (pname, (kind, what)) in enumerate(record["params"]):
         if kind == "const":
             args.append(Arg(pname, "const", (position,), value=what))
+            continue
+        if kind == "static":  # compiled in, its value not kept: to be left out (given, it is refused)
+            args.append(Arg(pname, "const", (position,), options={"unknown": True, "what": what}))
             continue
         p = spec.params[index]
         if kind == "tensor":
