@@ -1,10 +1,12 @@
 """What the analysis compares: a node's regions (each parameter of 8 bytes or less whole, a
-larger one 8 bytes at a time; a copy's or memset's address fields) and their bytes."""
+larger one 8 bytes at a time; a copy's or memset's address fields) and their bytes. Words a torch
+kernel provably never reads (:mod:`.torch_kernels`) are left out."""
 
 from __future__ import annotations
 
 from ..core.params import Param
 from .capture import MEMCPY_FIELDS, Node
+from .torch_kernels import unread
 
 __all__ = ["region_bytes", "region_label", "regions"]
 
@@ -16,6 +18,7 @@ def regions(node: Node) -> list[tuple[int, int, Param | None]]:
     if node.kind != "kernel" or not node.layout:
         return []
     params = node.spec.params if node.spec is not None else [None] * len(node.layout)
+    skipped = unread(node)
     out: list[tuple[int, int, Param | None]] = []
     for (offset, size), param in zip(node.layout, params):
         if size <= 8:
@@ -24,7 +27,8 @@ def regions(node: Node) -> list[tuple[int, int, Param | None]]:
         start = offset
         while start < offset + size:  # 8-byte words at 8-aligned addresses, and the bytes around them
             end = min(offset + size, (start // 8 + 1) * 8)
-            out.append((start, end - start, param))
+            if not any(a <= start and end <= b for a, b in skipped):
+                out.append((start, end - start, param))
             start = end
     return out
 
