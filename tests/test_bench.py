@@ -895,3 +895,13 @@ def test_a_launchpad_launcher_whose_needs_are_absent_is_missing_and_a_failure_is
         "cuTile is not installed (no module)",
     )
     assert (results["lp_broken"]["status"], results["lp_broken"]["reason"]) == ("error", "RuntimeError: bad launch")
+
+
+def test_the_breakdown_says_what_it_needs(monkeypatch, capsys):
+    from launchpad.bench import breakdown
+    from launchpad.launch import executor as _executor
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(_executor, "_claunch", None)
+    assert breakdown.main() == 1
+    assert "needs launchpad's compiled module" in capsys.readouterr().out

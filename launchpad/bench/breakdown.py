@@ -78,6 +78,9 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("needs a GPU")
         return 1
+    if _executor._claunch is None:  # its C floor, its DLPack loop and the launches it takes apart are the module's
+        print(f"needs launchpad's compiled module ({launchpad.launch_path()[1]})")
+        return 1
     work = Path(tempfile.mkdtemp(prefix="lp_breakdown_"))
     ctx = Context(work)
     x, y, n = ctx.x, ctx.y, ctx.n
@@ -91,7 +94,7 @@ def main() -> int:
     wide, many = launchpad.compile_cuda(sweep_cpp_source(32), "ptrs32"), ctx.sweep(32).ptrs
     wide_floor = floor.launcher(floor.load(wide), 1, SWEEP_N, [*map(pointer_value, many), ctypes.c_int32(SWEEP_N)],
                                 ctx.stream)  # fmt: skip
-    dlpack_loop = _executor._claunch.dlpack_loop  # (the breakdown needs the compiled module)
+    dlpack_loop = _executor._claunch.dlpack_loop
     raw_x, raw_y, stream = x.data_ptr(), y.data_ptr(), ctx.stream
     get_device, get_stream = torch._C._cuda_getDevice, torch._C._cuda_getCurrentRawStream
     calls = {
