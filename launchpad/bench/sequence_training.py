@@ -228,7 +228,8 @@ def recorded(work: Workload) -> Timed:
     seq = launchpad.record(t.step, *work.batches[0])
     work.check("record", t, seq, RTOL)
     updates = seq.update_note or "nodes updated from the device"
-    return work.timed(seq, f"seq(x, y): {seq!r}, {seq.replay_path} replay, {updates}")
+    copies = "".join(f"; {line}" for line in seq.explain().splitlines() if "copied" in line)  # what each copy is for
+    return work.timed(seq, f"seq(x, y): {seq!r}, {seq.replay_path} replay, {updates}{copies}")
 
 
 def _dynamo_counts() -> tuple[int, int]:

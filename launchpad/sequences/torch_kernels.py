@@ -1,37 +1,51 @@
 """Bytes of torch's own kernels' parameters that the kernel never reads, proven from the bytes.
 
-A torch kernel's parameters often hold an ``OffsetCalculator`` (``ATen/cuda/detail/
-OffsetCalculator.cuh``): ``int dims``, then ``IntDivider<uint32_t> sizes_[25]`` and ``uint32_t
-strides_[25][NARGS]``, of which the kernel reads the first ``dims`` entries alone (``get()`` stops
-at ``dims``); torch's host code leaves the rest as its stack held them. Those leftovers differ
-between captures and may hold anything, a stale address of an input among them, which the analysis
-cannot tell from an address encoded in another form: it copies the tensor they touch or refuses.
-Where the bytes prove the layout, they are left out of what the analysis compares
-(:func:`launchpad.sequences.regions.regions`).
+torch's host code fills some by-value structs only as far as a launch needs and leaves the rest as
+its stack held them. Those leftovers differ between captures and may hold anything, a stale address
+of an input or of the graph's memory among them, which the analysis cannot tell from an address
+encoded in another form: it copies the tensor they touch or refuses. Where a kernel's name and its
+bytes prove the layout, those bytes are left out of what the analysis compares
+(:func:`launchpad.sequences.regions.regions`). Three kinds are known:
 
-Only ``at::native::reduce_kernel``'s single parameter, a ``ReduceOp`` (``ATen/native/cuda/
-Reduce.cuh``) with 32-bit indexing, is known here: ``input_calc`` (an ``OffsetCalculator<1>``) right
-after the config, then ``output_calc`` (``OffsetCalculator<2>``), then ``src``, ``dst[2]``,
-``acc_buf``, ``cta_buf``, ``semaphores``, ``base_idx``, two bools and ``noutputs``: 64 bytes after
-the 8-aligned end of ``output_calc``, so the struct ends exactly there. It is recognised by its
-kernel's name and by the bytes: one offset alone where ``input_calc.dims`` is 1 to 25 with each of
-its ``dims`` dividers valid (an ``IntDivider`` holds ``divisor``, ``m1`` and ``shift`` that only
-``divisor`` determines: a chance of about 2**-37 that garbage passes one), ``output_calc.dims`` 0 to
-25 with valid dividers 404 bytes later, and the struct's size what that layout gives. Anything else
-(64-bit indexing, another torch whose layout differs, a second candidate offset) is compared whole,
-as before: a copy or a refusal, never a guess.
+- An ``OffsetCalculator<NARGS>`` (``ATen/cuda/detail/OffsetCalculator.cuh``, 32-bit indexing):
+  ``int dims``, then ``IntDivider<uint32_t> sizes_[25]`` and ``uint32_t strides_[25][NARGS]``, of
+  which ``get()`` reads the first ``dims`` entries alone. Its ``dims`` and dividers are checked: an
+  ``IntDivider`` holds ``divisor``, ``m1`` and ``shift``, which ``divisor`` alone determines (a
+  chance of about 2**-37 that garbage passes one).
+- ``at::native::reduce_kernel``'s ``ReduceOp`` (``ATen/native/cuda/Reduce.cuh``): ``input_calc``
+  (``OffsetCalculator<1>``) right after the config, ``output_calc`` (``<2>``) 404 bytes later, then
+  64 bytes of pointers and flags after the 8-aligned end of ``output_calc``: found at one offset
+  alone, with the struct's size what that layout gives.
+- ``elementwise_kernel``'s closure from ``gpu_kernel_impl_nocast`` (``ATen/native/cuda/
+  CUDALoops.cuh``, torch's non-contiguous path): ``[=](int idx) {offset_calc.get(idx) ...}``
+  captures ``offset_calc`` first, then ``data`` (``NARGS`` pointers), then the functor. ``NARGS`` is
+  the functor's arity plus one, read from the kernel's name (a lambda's parameter list, or one of
+  torch's functors whose arity is known); the calculator must sit at the closure's start.
+- ``multi_tensor_apply_kernel``'s ``TensorListMetadata<depth>`` (``MultiTensorApply.cuh``; the
+  fused optimizers' and scalar-list variants too): every functor reads the block's
+  ``block_to_tensor[blockIdx.x]`` and ``block_to_chunk[blockIdx.x]``, then that tensor's entries
+  alone. Entries of blocks past the grid, and of tensors no block of the grid names, are unread;
+  host code reuses the struct across launches, so they hold an earlier launch's addresses. The
+  struct's size must be one of torch's two tables' (CUDA 12: 110 tensors at depth 1, 320 blocks;
+  CUDA 13: 770 and 2240), and every named tensor within it.
+
+Anything else (64-bit indexing, another torch whose layout differs, a name not parsed) is compared
+whole, as before: a copy or a refusal, never a guess.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import struct
 
 from .capture import Node
 
 __all__ = ["unread"]
 
-MAX_DIMS = 25  # CUDA's (ROCm's is 16: its layouts fail the size check)
+Ranges = tuple[tuple[int, int], ...]
+
+MAX_DIMS = 25  # CUDA's (ROCm's is 16: its layouts fail the size checks)
 _SIZES_END = 4 + 12 * MAX_DIMS  # dims, then the dividers
 
 
@@ -64,8 +78,17 @@ def _calc_unread(at: int, dims: int, nargs: int) -> list[tuple[int, int]]:
     return [(at + 4 + 12 * dims, strides), (strides + 4 * nargs * dims, strides + 4 * nargs * MAX_DIMS)]
 
 
+def _merged(ranges: list[tuple[int, int]]) -> Ranges:
+    out: list[tuple[int, int]] = []
+    for a, b in sorted(r for r in ranges if r[0] < r[1]):
+        if out and out[-1][1] >= a:
+            a = out.pop()[0]
+        out.append((a, b))
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=4096)
-def _reduce_op(blob: bytes) -> tuple[tuple[int, int], ...]:
+def _reduce_op(blob: bytes) -> Ranges:
     input_size, output_size = _calc_size(1), _calc_size(2)
     found = []
     for at in range(0, len(blob) - input_size - output_size + 1, 4):
@@ -79,22 +102,170 @@ def _reduce_op(blob: bytes) -> tuple[tuple[int, int], ...]:
     if len(found) != 1:
         return ()
     at, first, second = found[0]
-    merged: list[tuple[int, int]] = []
-    for a, b in _calc_unread(at, first, 1) + _calc_unread(at + input_size, second, 2):
-        if a >= b:
-            continue
-        if merged and merged[-1][1] == a:  # (dims 0: the strides' range follows the dividers')
-            a = merged.pop()[0]
-        merged.append((a, b))
-    return tuple(merged)
+    return _merged(_calc_unread(at, first, 1) + _calc_unread(at + input_size, second, 2))
 
 
-def unread(node: Node) -> tuple[tuple[int, int], ...]:
+# -- elementwise_kernel's closure ---------------------------------------------------------------
+
+_NOCAST = re.compile(r"18elementwise_kernelILi\d+ELi\d+EZNS0_22gpu_kernel_impl_nocastI(?P<f>.+)"
+                     r"EEv(?:RNS_18TensorIteratorBaseE|S[0-9A-Z]*_)RKT_EUliE_EEviT1_$")  # fmt: skip
+_FUNCTOR_ARITY = {"13BinaryFunctorI": 2, "15CUDAFunctor_addI": 2, "22CUDAFunctorOnSelf_addI": 1,
+                  "23CUDAFunctorOnOther_addI": 1, "11FillFunctorI": 0}  # fmt: skip
+_BUILTIN = set("bcahstijlmxynofdegz")
+_SUBSTITUTION = re.compile(r"S[0-9A-Z]*_")
+_SOURCE_NAME = re.compile(r"(\d+)")
+
+
+def _one_type(sig: str, i: int) -> int | None:
+    """The end of the mangled type at ``sig[i]``: a builtin, a substitution, or a nested name whose
+    template arguments are such types (None for anything else)."""
+    while i < len(sig) and sig[i] in "KVRPO":  # qualifiers, references, pointers
+        i += 1
+    if i >= len(sig):
+        return None
+    if sig[i] in _BUILTIN:
+        return i + 1
+    if m := _SUBSTITUTION.match(sig, i):
+        return m.end()
+    if sig[i] != "N":
+        return None
+    i, parts = i + 1, 0
+    while i < len(sig) and sig[i] != "E":
+        if m := _SUBSTITUTION.match(sig, i):
+            i = m.end()
+        elif m := _SOURCE_NAME.match(sig, i):
+            i = m.end() + int(m.group(1))
+        elif sig[i] == "I" and parts:
+            i += 1
+            while i < len(sig) and sig[i] != "E":
+                end = _one_type(sig, i)
+                if end is None:
+                    return None
+                i = end
+            i += 1
+        else:
+            return None
+        parts += 1
+    return i + 1 if parts and i < len(sig) else None
+
+
+def _lambda_arity(f: str) -> int | None:
+    """The number of parameters of the lambda ``f`` names (``...Ul<types>E<n>_``), None if unparsed."""
+    m = re.search(r"Ul(?P<sig>[^U]*?)E\d*_$", f)
+    if m is None:
+        return None
+    sig = m.group("sig")
+    if sig == "v":
+        return 0
+    count, i = 0, 0
+    while i < len(sig):
+        end = _one_type(sig, i)
+        if end is None:
+            return None
+        count, i = count + 1, end
+    return count
+
+
+@functools.lru_cache(maxsize=1024)
+def _closure_nargs(name: str) -> int | None:
+    """``NARGS`` of the ``OffsetCalculator`` in the closure of ``elementwise_kernel`` named
+    ``name``, where its name says it is ``gpu_kernel_impl_nocast``'s and its functor's arity is known."""
+    m = _NOCAST.search(name)
+    if m is None:
+        return None
+    f = m.group("f")
+    arity = next((n for key, n in _FUNCTOR_ARITY.items() if re.match(r"N(?:S[0-9A-Z]*_)?" + key, f)), None)
+    if arity is None:
+        arity = _lambda_arity(f)
+    return None if arity is None else arity + 1
+
+
+@functools.lru_cache(maxsize=4096)
+def _closure(blob: bytes, nargs: int) -> Ranges:
+    calc_end = (_calc_size(nargs) + 7) // 8 * 8
+    if len(blob) < calc_end + 8 * nargs + 8:  # data, then a functor and nvcc's wrapper words
+        return ()
+    dims = _dims(blob, 0, 1)
+    if dims is None:
+        return ()
+    return _merged(_calc_unread(0, dims, nargs) + [(_calc_size(nargs), calc_end)])
+
+
+# -- multi_tensor_apply_kernel's TensorListMetadata ----------------------------------------------
+
+# (tensors by depth, tensors by depth for scalar lists, blocks, bytes of a block index): CUDA 12, 13
+_TABLES = (((110, 64, 48, 36, 30), (96, 64, 48, 36, 30), 320, 1),
+           ((770, 448, 336, 252, 210), (672, 448, 336, 252, 210), 2240, 2))  # fmt: skip
+_LIST = re.compile(r"25multi_tensor_apply_kernelINS\d*_(?:(?P<kind>18TensorListMetadata|32FusedOptimizerTensorListMetadata)"
+                   r"ILi(?P<depth>\d)EE|28TensorListScalarListMetadataI(?P<scalar>[fd])Li(?P<sdepth>\d)EE)")  # fmt: skip
+
+
+def _list_layout(name: str, size: int) -> tuple[int, int, int, list[tuple[int, int]], int, int, int] | None:
+    """``(tensors, blocks, index bytes, [(offset, bytes) of each per-tensor array], block_to_tensor's
+    offset, block_to_chunk's offset, the end of the last field)`` of the struct ``name`` takes, where
+    one of torch's tables alone gives it ``size`` bytes."""
+    m = _LIST.search(name)
+    if m is None:
+        return None
+    depth = int(m.group("depth") or m.group("sdepth"))
+    if not 1 <= depth <= 5:
+        return None
+    found = []
+    for by_depth, by_depth_scalars, blocks, index in _TABLES:
+        tensors = (by_depth_scalars if m.group("scalar") else by_depth)[depth - 1]
+        arrays, at = [], 0
+        widths = [8] * depth + [8]  # addresses[depth][tensors], numel_for_tensor
+        if m.group("kind") and m.group("kind").startswith("32"):
+            widths.append(8)  # state_steps_addresses
+        if m.group("scalar"):
+            widths.append(4 if m.group("scalar") == "f" else 8)  # scalar_vals
+        for width in widths:
+            at = (at + width - 1) // width * width
+            arrays.append((at, width))
+            at += width * tensors
+        to_tensor = at
+        to_chunk = (to_tensor + index * blocks + 3) // 4 * 4
+        end = to_chunk + 4 * blocks + (0 if m.group("scalar") else 4)  # start_tensor_this_launch
+        if (end + 7) // 8 * 8 == size:
+            found.append((tensors, blocks, index, arrays, to_tensor, to_chunk, end))
+    return found[0] if len(found) == 1 else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _tensor_list(name: str, blob: bytes, grid: int) -> Ranges:
+    layout = _list_layout(name, len(blob))
+    if layout is None:
+        return ()
+    tensors, blocks, index, arrays, to_tensor, to_chunk, end = layout
+    if not 1 <= grid <= blocks:
+        return ()
+    named = {int.from_bytes(blob[to_tensor + index * b : to_tensor + index * (b + 1)], "little") for b in range(grid)}
+    if max(named) >= tensors:
+        return ()
+    out = [(to_tensor + index * grid, to_tensor + index * blocks), (to_chunk + 4 * grid, to_chunk + 4 * blocks),
+           (end, len(blob))]  # fmt: skip
+    for at, width in arrays:
+        for t in range(tensors):
+            if t not in named:
+                out.append((at + width * t, at + width * (t + 1)))
+    return _merged(out)
+
+
+def unread(node: Node) -> Ranges:
     """``(start, end)`` byte ranges of ``node``'s parameter block that its kernel never reads (none
-    where it is not a kernel whose layout the bytes prove)."""
+    where it is not a kernel whose layout its name and bytes prove)."""
     if node.kind != "kernel" or node.module is not None or not node.block or not node.layout:
         return ()
-    if "13reduce_kernelI" not in node.name or "8ReduceOpI" not in node.name or len(node.layout) != 1:
+    name = node.name
+    if "13reduce_kernelI" in name and "8ReduceOpI" in name and len(node.layout) == 1:
+        start, size = node.layout[0]
+        found = _reduce_op(bytes(node.block[start : start + size]))
+    elif "18elementwise_kernelI" in name and len(node.layout) == 2 and (nargs := _closure_nargs(name)) is not None:
+        start, size = node.layout[1]
+        found = _closure(bytes(node.block[start : start + size]), nargs)
+    elif "25multi_tensor_apply_kernelI" in name and node.layout[0][0] == 0 and node.grid:
+        start, size = node.layout[0]
+        found = _tensor_list(name, bytes(node.block[start : start + size]), int(node.grid[0]))
+    else:
         return ()
-    start, size = node.layout[0]
-    return tuple((start + a, start + b) for a, b in _reduce_op(bytes(node.block[start : start + size])))
+    return tuple((start + a, start + b) for a, b in found)
