@@ -74,28 +74,45 @@ def closure_node(body: bytes, name: str) -> Node:
 
 
 def test_the_mse_backward_closure_an_h100_launched():
-    """dims 1 of OffsetCalculator<4>: its other 24 dividers and 96 strides unread; the four data
-    pointers, ``norm`` (2/65536) and the wrapper's words compared."""
+    """dims 1 of OffsetCalculator<4>: its other 24 dividers and 96 strides unread, and the two host
+    words nvcc's ``__host__ __device__`` lambdas end with (the functor's, the closure's); the four
+    data pointers and ``norm`` (2/65536) compared."""
     saved = json.loads((Path(__file__).parent / "data" / "torch_params_h100.json").read_text())["kernels"][0]
     block = base64.b64decode(saved["block"])
     n = kernel(block, saved["name"], saved["layout"])
     assert n.name == MSE_BACKWARD
-    assert unread(n) == ((8 + 16, 8 + 304), (8 + 304 + 16, 8 + 704))
+    assert unread(n) == ((8 + 16, 8 + 304), (8 + 304 + 16, 8 + 704), (8 + 744, 8 + 760))
     assert struct.unpack_from("<f", block, 8 + 736)[0] == 2 / 65536  # the functor's captured norm, compared
     kept = covered((o, o + s) for o, s, _ in regions(n))
-    assert set(range(8 + 704, 8 + 760)) <= kept  # data[4], the functor, nvcc's wrapper words
+    assert set(range(8 + 704, 8 + 744)) <= kept  # data[4], norm and its padding
+    words = [int.from_bytes(block[8 + k : 16 + k], "little") for k in (744, 752)]
+    assert all(w % 16 == 0 and w >> 40 == 0x7F for w in words)  # nvcc's words: what `new` returned on the host
 
 
-@pytest.mark.parametrize(("name", "nargs", "tail"), [(MSE_BACKWARD, 4, 24), (DIV, 3, 16), (COPY, 2, 16),
-                                                     (HALF2, 3, 16), (FILL, 1, 8)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "nargs", "tail", "lambda_"),
+    [
+        (MSE_BACKWARD, 4, 24, True),  # norm and its padding, the lambda's word, the closure's word
+        (DIV, 3, 16, False),  # the empty functor and its padding, the closure's word
+        (COPY, 2, 16, True),  # a captureless lambda (empty), the closure's word
+        (HALF2, 3, 16, True),
+        (FILL, 1, 16, False),  # value, padding, the word: 432 bytes, a multiple of 16 (alignment 16 or 8)
+        (MSE_BACKWARD, 4, 40, True),  # a lambda of more captures
+    ],
+)
 @pytest.mark.parametrize("seed", range(8))
-def test_exactly_a_closures_calculator_past_dims_is_left_out(name, nargs, tail, seed):
+def test_exactly_a_closures_calculator_past_dims_and_nvccs_words_are_left_out(name, nargs, tail, lambda_, seed):
     rng = random.Random(seed)
     dims = rng.randrange(1, 26)
     n = closure_node(closure(rng, dims, nargs, tail), name)
     calc = 304 + 100 * nargs
+    size = len(n.block) - 8
     expected = set(range(8 + 4 + 12 * dims, 8 + 304)) | set(range(8 + 304 + 4 * nargs * dims, 8 + calc))
     expected |= set(range(8 + calc, 8 + (calc + 7) // 8 * 8))  # the padding before data (odd NARGS)
+    if size % 16 == 8:
+        expected |= set(range(8 + size - 8, 8 + size))  # the closure's host word
+        if lambda_ and tail >= 24:
+            expected |= set(range(8 + size - 16, 8 + size - 8))  # its lambda's
     assert covered(unread(n)) == expected
     kept = regions(n)
     assert covered((o, o + s) for o, s, _ in kept) | expected == set(range(len(n.block))) - {4, 5, 6, 7}  # (padding)
@@ -223,3 +240,48 @@ def test_nothing_is_left_out_of_a_list_the_name_and_bytes_do_not_prove(spoil):
         name = SCALARS.replace("IfLi", "IN3c107complexIdEELi").format(depth=2)
     n = kernel(bytes(blob), name, ((0, len(blob)),), (grid, 1, 1))
     assert unread(n) == ()
+
+
+def test_a_lambda_outside_at_native_keeps_its_last_word():
+    """Whether a functor lambda is nvcc's ``__host__ __device__`` one (its last word host-only) is
+    torch's convention (``GPU_LAMBDA``), known for at::native alone: elsewhere its last 8 bytes may
+    be a capture of a ``__device__`` lambda, and are compared; the closure's own word is not."""
+    rng = random.Random(2)
+    body = closure(rng, 2, 4, 24)
+    torch_ranges = unread(closure_node(body, MSE_BACKWARD))
+    other = unread(closure_node(body, MSE_BACKWARD.replace("ZZZNS0_24mse_backward", "ZZZN3ext24mse_backward")))
+    size = len(body)
+    assert covered(torch_ranges) - covered(other) == set(range(8 + size - 16, 8 + size - 8))
+    assert set(range(8 + size - 8, 8 + size)) <= covered(other)
+
+
+VEC = "_ZN2at6native29vectorized_elementwise_kernelILi4E{f}St5arrayIPcLm{n}EEEEviT0_T1_"
+
+
+@pytest.mark.parametrize(
+    ("functor", "size", "expected"),
+    [
+        ("NS0_13BinaryFunctorIfffNS0_15binary_internal10MulFunctorIfEEEE", 1, ((4, 5),)),  # no members
+        ("NS0_13BinaryFunctorIfffNS0_15binary_internal10DivFunctorIfEEEE", 1, ((4, 5),)),
+        ("ZZZNS0_15mse_kernel_cudaERNS_18TensorIteratorBaseEENKUlvE_clEvENKUlvE0_clEvEUlffE_", 1, ((4, 5),)),  # {}
+        (
+            "ZZZNS0_9fake_cudaERNS_18TensorIteratorBaseEENKUlvE_clEvEUlfE_",
+            24,
+            ((24, 32),),
+        ),  # captures, then nvcc's word
+        ("ZZZNS0_9fake_cudaERNS_18TensorIteratorBaseEENKUlvE_clEvEUlfE_", 32, ()),  # alignment 16 or 8: unknown
+        ("ZZZN3ext9fake_cudaERNS_18TensorIteratorBaseEENKUlvE_clEvEUlfE_", 1, ()),  # not torch's: convention unknown
+        ("NS0_11FillFunctorIhEE", 1, ()),  # its byte is the fill value
+        ("NS0_15CUDAFunctor_addIfEE", 4, ()),  # alpha
+        ("NS0_13BinaryFunctorIfffNS0_15binary_internal10AddFunctorIfEEEE", 1, ()),  # not known here
+    ],
+)
+def test_a_vectorized_kernels_functor(functor, size, expected):
+    """Bytes of ``vectorized_elementwise_kernel``'s functor that no code reads: an empty functor's
+    byte, nvcc's host word after a torch lambda's captures; nothing where that is not proven."""
+    start = 8 if size > 4 else 4
+    block = struct.pack("<i", 1000) + bytes(start - 4) + random.Random(1).randbytes(size)
+    block += bytes(-len(block) % 8) + struct.pack("<QQQ", 0x7F0000001000, 0x7F0000002000, 0x7F0000003000)
+    layout = ((0, 4), (start, size), (len(block) - 24, 24))
+    n = kernel(block, VEC.format(f=functor, n=3), layout)
+    assert unread(n) == expected  # (byte offsets in the block)

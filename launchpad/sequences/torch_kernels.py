@@ -5,7 +5,7 @@ its stack held them. Those leftovers differ between captures and may hold anythi
 of an input or of the graph's memory among them, which the analysis cannot tell from an address
 encoded in another form: it copies the tensor they touch or refuses. Where a kernel's name and its
 bytes prove the layout, those bytes are left out of what the analysis compares
-(:func:`launchpad.sequences.regions.regions`). Three kinds are known:
+(:func:`launchpad.sequences.regions.regions`). Known here:
 
 - An ``OffsetCalculator<NARGS>`` (``ATen/cuda/detail/OffsetCalculator.cuh``, 32-bit indexing):
   ``int dims``, then ``IntDivider<uint32_t> sizes_[25]`` and ``uint32_t strides_[25][NARGS]``, of
@@ -20,7 +20,16 @@ bytes prove the layout, those bytes are left out of what the analysis compares
   CUDALoops.cuh``, torch's non-contiguous path): ``[=](int idx) {offset_calc.get(idx) ...}``
   captures ``offset_calc`` first, then ``data`` (``NARGS`` pointers), then the functor. ``NARGS`` is
   the functor's arity plus one, read from the kernel's name (a lambda's parameter list, or one of
-  torch's functors whose arity is known); the calculator must sit at the closure's start.
+  torch's functors whose arity is known); the calculator must sit at the closure's start. The
+  closure is nvcc's ``__host__ __device__`` lambda (torch's ``GPU_LAMBDA``): nvcc ends its device
+  struct with a ``void *`` its host wrapper fills (``new`` of the host lambda) and no code can
+  name, so its last 8 bytes are unread where the closure's alignment is 8 (its size not a
+  multiple of 16); so are the functor's own last 8 bytes where it is such a lambda with captures
+  (a lambda of at::native, where torch's convention holds; 16 bytes or more before the word).
+- ``vectorized_elementwise_kernel``'s functor parameter: all of it where it is empty (one byte:
+  ``BinaryFunctor`` of ``MulFunctor`` or ``DivFunctor``, which torch defines with no members, or a
+  captureless at::native lambda, which nvcc makes an empty struct), and the host word a torch
+  lambda with captures ends with (as above).
 - ``multi_tensor_apply_kernel``'s ``TensorListMetadata<depth>`` (``MultiTensorApply.cuh``; the
   fused optimizers' and scalar-list variants too): every functor reads the block's
   ``block_to_tensor[blockIdx.x]`` and ``block_to_chunk[blockIdx.x]``, then that tensor's entries
@@ -167,28 +176,68 @@ def _lambda_arity(f: str) -> int | None:
 
 
 @functools.lru_cache(maxsize=1024)
-def _closure_nargs(name: str) -> int | None:
-    """``NARGS`` of the ``OffsetCalculator`` in the closure of ``elementwise_kernel`` named
-    ``name``, where its name says it is ``gpu_kernel_impl_nocast``'s and its functor's arity is known."""
+def _closure_kind(name: str) -> tuple[int, bool] | None:
+    """``(NARGS, whether the functor is a lambda of at::native)`` of the closure of the
+    ``elementwise_kernel`` named ``name``, where its name says it is ``gpu_kernel_impl_nocast``'s
+    and its functor's arity is known."""
     m = _NOCAST.search(name)
     if m is None:
         return None
     f = m.group("f")
     arity = next((n for key, n in _FUNCTOR_ARITY.items() if re.match(r"N(?:S[0-9A-Z]*_)?" + key, f)), None)
-    if arity is None:
-        arity = _lambda_arity(f)
-    return None if arity is None else arity + 1
+    if arity is not None:
+        return arity + 1, False
+    arity = _lambda_arity(f)
+    return None if arity is None else (arity + 1, re.match(r"Z+NS0_\d", f) is not None)
 
 
 @functools.lru_cache(maxsize=4096)
-def _closure(blob: bytes, nargs: int) -> Ranges:
+def _closure(blob: bytes, nargs: int, torch_lambda: bool) -> Ranges:
     calc_end = (_calc_size(nargs) + 7) // 8 * 8
-    if len(blob) < calc_end + 8 * nargs + 8:  # data, then a functor and nvcc's wrapper words
+    data_end = calc_end + 8 * nargs
+    if len(blob) < data_end + 8:  # data, then the functor and nvcc's word
         return ()
     dims = _dims(blob, 0, 1)
     if dims is None:
         return ()
-    return _merged(_calc_unread(0, dims, nargs) + [(_calc_size(nargs), calc_end)])
+    out = _calc_unread(0, dims, nargs) + [(_calc_size(nargs), calc_end)]
+    # nvcc's __host__ __device__ closure ends with a host-only ``void *`` (what its host wrapper
+    # allocated): the last 8 bytes where the closure's alignment is 8 (its size not a multiple of
+    # 16), and the functor's own before them where that is such a lambda with captures (16 bytes
+    # or more: a captureless one is empty)
+    if len(blob) % 16 == 8:
+        out.append((len(blob) - 8, len(blob)))
+        if torch_lambda and len(blob) - 8 - data_end >= 16:
+            out.append((len(blob) - 16, len(blob) - 8))
+    return _merged(out)
+
+
+_VECTORIZED = re.compile(r"29vectorized_elementwise_kernelILi\d+E(?P<f>.+)St5arrayIPcLm\d+EEEEviT0_T1_$")
+_EMPTY = re.compile(r"NS0_13BinaryFunctorI[a-z]{3}NS0_15binary_internal10(?:Mul|Div)FunctorI[a-z]EEEE$")
+
+
+@functools.lru_cache(maxsize=1024)
+def _functor_kind(name: str) -> str | None:
+    """What the functor of the ``vectorized_elementwise_kernel`` named ``name`` is: "empty" (a
+    functor torch defines with no members: ``BinaryFunctor`` of ``MulFunctor`` or ``DivFunctor``),
+    "lambda" (a lambda of at::native, nvcc's ``__host__ __device__`` one), or None."""
+    m = _VECTORIZED.search(name)
+    if m is None:
+        return None
+    f = m.group("f")
+    if _EMPTY.match(f):
+        return "empty"
+    return "lambda" if _lambda_arity(f) is not None and re.match(r"Z+NS0_\d", f) else None
+
+
+def _functor(kind: str, size: int) -> Ranges:
+    """The unread bytes of a functor parameter of ``size`` bytes: all of an empty one (a captureless
+    lambda is nvcc's empty struct), the host-only word a lambda with captures ends with."""
+    if size == 1:  # (both kinds: a lambda of one byte has no captures)
+        return ((0, 1),)
+    if kind == "lambda" and size >= 16 and size % 16 == 8:
+        return ((size - 8, size),)
+    return ()
 
 
 # -- multi_tensor_apply_kernel's TensorListMetadata ----------------------------------------------
@@ -260,9 +309,12 @@ def unread(node: Node) -> Ranges:
     if "13reduce_kernelI" in name and "8ReduceOpI" in name and len(node.layout) == 1:
         start, size = node.layout[0]
         found = _reduce_op(bytes(node.block[start : start + size]))
-    elif "18elementwise_kernelI" in name and len(node.layout) == 2 and (nargs := _closure_nargs(name)) is not None:
+    elif "18elementwise_kernelI" in name and len(node.layout) == 2 and (kind := _closure_kind(name)) is not None:
         start, size = node.layout[1]
-        found = _closure(bytes(node.block[start : start + size]), nargs)
+        found = _closure(bytes(node.block[start : start + size]), *kind)
+    elif "29vectorized_elementwise_kernelI" in name and len(node.layout) == 3 and (fkind := _functor_kind(name)):
+        start, size = node.layout[1]
+        found = _functor(fkind, size)
     elif "25multi_tensor_apply_kernelI" in name and node.layout[0][0] == 0 and node.grid:
         start, size = node.layout[0]
         found = _tensor_list(name, bytes(node.block[start : start + size]), int(node.grid[0]))
