@@ -285,3 +285,6 @@ def test_a_vectorized_kernels_functor(functor, size, expected):
     layout = ((0, 4), (start, size), (len(block) - 24, 24))
     n = kernel(block, VEC.format(f=functor, n=3), layout)
     assert unread(n) == expected  # (byte offsets in the block)
+    left_out = {b for a, e in expected for b in range(a, e)}
+    params = covered((o, o + s) for o, s in layout)
+    assert covered((o, o + s) for o, s, _ in regions(n)) == params - left_out  # every other byte compared

@@ -22,7 +22,8 @@ def regions(node: Node) -> list[tuple[int, int, Param | None]]:
     out: list[tuple[int, int, Param | None]] = []
     for (offset, size), param in zip(node.layout, params):
         if size <= 8:
-            out.append((offset, size, param))
+            if not any(a <= offset and offset + size <= b for a, b in skipped):
+                out.append((offset, size, param))
             continue
         start = offset
         while start < offset + size:  # 8-byte words at 8-aligned addresses, and the bytes around them
