@@ -1,4 +1,5 @@
-"""What the analysis leaves out of torch's ``reduce_kernel`` parameters (launchpad.sequences.torch_kernels):
+"""What the analysis leaves out of torch's ``reduce_kernel`` and ``torch.cat`` parameters
+(launchpad.sequences.torch_kernels), the reduction's:
 exactly the bytes of its two ``OffsetCalculator``s past ``dims``, where the bytes prove the layout;
 nothing otherwise. The blobs are laid out as torch 2.x's ``ReduceOp`` with 32-bit indexing, the
 unread bytes random (what the host's stack held)."""
@@ -38,7 +39,9 @@ def calc(rng: random.Random, sizes: list[int], nargs: int) -> bytes:
 def reduce_op(rng: random.Random, head: int, inputs: list[int], outputs: list[int]) -> tuple[bytes, int]:
     """(a ReduceOp's bytes, the offset of its input_calc): ops, ident and config (``head`` bytes),
     the calculators, then the 64 bytes of pointers and flags after the 8-aligned end."""
-    body = rng.randbytes(head) + calc(rng, inputs, 1) + calc(rng, outputs, 2)
+    config = bytearray(rng.randbytes(head))
+    config[head - 8] = rng.choice([0, 1])  # ReduceConfig's vectorize_input (a bool), before 3 bytes of padding
+    body = bytes(config) + calc(rng, inputs, 1) + calc(rng, outputs, 2)
     body += bytes(-len(body) % 8)
     return body + rng.randbytes(64), head
 
@@ -48,7 +51,7 @@ def node(block: bytes, name: str = REDUCE, at: int = 0) -> Node:
 
 
 def expected_unread(at: int, dims_in: int, dims_out: int) -> set[int]:
-    out = set()
+    out = set(range(at - 7, at - 4)) if at >= 64 else set()  # ReduceConfig's padding
     for start, dims, nargs in ((at, dims_in, 1), (at + INPUT, dims_out, 2)):
         out |= set(range(start + 4 + 12 * dims, start + 304))
         out |= set(range(start + 304 + 4 * nargs * dims, start + 304 + 4 * nargs * 25))
@@ -66,9 +69,10 @@ def test_exactly_the_calculators_bytes_past_dims_are_left_out(seed):
     assert {b for a, e in unread(node(blob)) for b in range(a, e)} == skipped
     kept = regions(node(blob))
     covered = {b for offset, size, _ in kept for b in range(offset, offset + size)}
-    # every byte the kernel may read is compared; a word is left out only where all of it is unread
+    # every byte the kernel may read is compared, and no other: a word partly unread (a 12-byte
+    # divider across an 8-byte boundary) is compared in its read bytes alone
     assert covered | skipped == set(range(len(blob)))
-    assert all(not set(range(o, o + s)) <= skipped for o, s, _ in kept)
+    assert not covered & skipped
 
 
 def test_a_parameter_block_that_starts_later_is_offset_alike():
@@ -118,3 +122,34 @@ def test_random_bytes_are_never_taken_for_a_reduce_op():
             if rng.random() < 0.3:
                 blob[k : k + 4] = struct.pack("<i", rng.randrange(0, 26))
         assert unread(node(bytes(blob))) == ()
+
+
+CAT = (
+    "_ZN2at6native40_GLOBAL__N__0f1a8107_8_Shape_cu_49f7391c19CatArrayBatchedCopyINS1_10OpaqueTypeILj4EEEjLi4ELi64E"
+    "Li{stride}EEEvPT_NS1_25CatArrInputTensorMetadataIS5_T0_XT2_EXT3_EEENS1_16TensorSizeStrideIS8_Lj4EEEiS8_"
+)
+
+
+@pytest.mark.parametrize("stride", [64, 1])
+@pytest.mark.parametrize("inputs", [1, 3, 17, 64])
+def test_exactly_the_cat_entries_past_grid_y_are_left_out(stride, inputs):
+    """``torch.cat``'s metadata of 64 inputs (32-bit indices, 4 dims): each block reads the entries
+    at ``blockIdx.y`` (``tensorStride[0]`` alone where ``stride_size`` is 1), so those past
+    ``gridDim.y`` are the host's leftovers; the layout is an H100's torch 2.11 (3392 bytes for 64
+    strides, as it launched for an attention backward's q, k, v gradients)."""
+    rng = random.Random(inputs)
+    size = 1344 + 32 * stride  # input[64], offset/dimSize/nElements[64], isContiguous[64], strides
+    meta = rng.randbytes((size + 7) // 8 * 8)
+    block = struct.pack("<Q", 0x7F0000100000) + meta + rng.randbytes(40)
+    layout = ((0, 8), (8, len(meta)), (8 + len(meta), 32), (8 + len(meta) + 32, 4), (8 + len(meta) + 36, 4))
+    n = Node(handle=1, kind="kernel", function=7, name=CAT.format(stride=stride), layout=layout, block=block,
+             grid=(12, inputs, 1))  # fmt: skip
+    read = set()
+    for at, width in ((0, 8), (512, 4), (768, 4), (1024, 4), (1280, 1)):
+        read |= set(range(8 + at, 8 + at + width * inputs))
+    read |= set(range(8 + 1344, 8 + 1344 + 32 * (inputs if stride > 1 else 1)))
+    assert {b for a, e in unread(n) for b in range(a, e)} == set(range(8, 8 + len(meta))) - read
+    n.grid = (12, 65, 1)  # more inputs than the struct holds: not this layout
+    assert unread(n) == ()
+    n.grid, n.layout = (12, inputs, 1), ((0, 8), (8, len(meta) + 8), *layout[2:])
+    assert unread(n) == ()  # another size

@@ -22,16 +22,25 @@ def regions(node: Node) -> list[tuple[int, int, Param | None]]:
     out: list[tuple[int, int, Param | None]] = []
     for (offset, size), param in zip(node.layout, params):
         if size <= 8:
-            if not any(a <= offset and offset + size <= b for a, b in skipped):
-                out.append((offset, size, param))
+            out += [(a, b - a, param) for a, b in _read_parts(offset, offset + size, skipped)]
             continue
         start = offset
         while start < offset + size:  # 8-byte words at 8-aligned addresses, and the bytes around them
             end = min(offset + size, (start // 8 + 1) * 8)
-            if not any(a <= start and end <= b for a, b in skipped):
-                out.append((start, end - start, param))
+            out += [(a, b - a, param) for a, b in _read_parts(start, end, skipped)]
             start = end
     return out
+
+
+def _read_parts(start: int, end: int, skipped: tuple[tuple[int, int], ...]) -> list[tuple[int, int]]:
+    """``[start, end)`` less the bytes in ``skipped``: the whole range where none is (a word that
+    may be a pointer), else the pieces the kernel may read, each compared on its own."""
+    parts = [(start, end)]
+    for a, b in skipped:
+        if b <= start or end <= a:
+            continue
+        parts = [piece for lo, hi in parts for piece in ((lo, min(hi, a)), (max(lo, b), hi)) if piece[0] < piece[1]]
+    return parts
 
 
 def region_bytes(node: Node, offset: int, size: int) -> bytes | None:

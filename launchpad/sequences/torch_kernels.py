@@ -15,7 +15,9 @@ bytes prove the layout, those bytes are left out of what the analysis compares
 - ``at::native::reduce_kernel``'s ``ReduceOp`` (``ATen/native/cuda/Reduce.cuh``): ``input_calc``
   (``OffsetCalculator<1>``) right after the config, ``output_calc`` (``<2>``) 404 bytes later, then
   64 bytes of pointers and flags after the 8-aligned end of ``output_calc``: found at one offset
-  alone, with the struct's size what that layout gives.
+  alone, with the struct's size what that layout gives. The 64-byte ``ReduceConfig`` right before
+  ``input_calc`` ends with ``bool vectorize_input`` (0 or 1), three bytes of padding, then ``int
+  output_vec_size``: the padding is unread too.
 - ``elementwise_kernel``'s closure from ``gpu_kernel_impl_nocast`` (``ATen/native/cuda/
   CUDALoops.cuh``, torch's non-contiguous path): ``[=](int idx) {offset_calc.get(idx) ...}``
   captures ``offset_calc`` first, then ``data`` (``NARGS`` pointers), then the functor. ``NARGS`` is
@@ -30,6 +32,10 @@ bytes prove the layout, those bytes are left out of what the analysis compares
   ``BinaryFunctor`` of ``MulFunctor`` or ``DivFunctor``, which torch defines with no members, or a
   captureless at::native lambda, which nvcc makes an empty struct), and the host word a torch
   lambda with captures ends with (as above).
+- ``CatArrayBatchedCopy``'s ``CatArrInputTensorMetadata`` (``torch.cat``, ``Shape.cu``): every
+  block reads the entries at ``blockIdx.y``; those past ``gridDim.y`` are unread. Its template
+  arguments (index width, batch size, stride entries, dims) come from the name, and the struct's
+  size must be what they give.
 - ``multi_tensor_apply_kernel``'s ``TensorListMetadata<depth>`` (``MultiTensorApply.cuh``; the
   fused optimizers' and scalar-list variants too): every functor reads the block's
   ``block_to_tensor[blockIdx.x]`` and ``block_to_chunk[blockIdx.x]``, then that tensor's entries
@@ -111,7 +117,10 @@ def _reduce_op(blob: bytes) -> Ranges:
     if len(found) != 1:
         return ()
     at, first, second = found[0]
-    return _merged(_calc_unread(at, first, 1) + _calc_unread(at + input_size, second, 2))
+    out = _calc_unread(at, first, 1) + _calc_unread(at + input_size, second, 2)
+    if at >= 64 and blob[at - 8] in (0, 1):  # ReduceConfig's last fields: bool vectorize_input, int output_vec_size
+        out.append((at - 7, at - 4))  # (the padding between them)
+    return _merged(out)
 
 
 # -- elementwise_kernel's closure ---------------------------------------------------------------
@@ -240,6 +249,40 @@ def _functor(kind: str, size: int) -> Ranges:
     return ()
 
 
+# -- CatArrayBatchedCopy's CatArrInputTensorMetadata -------------------------------------------
+
+_CAT = re.compile(r"CatArrayBatchedCopy\w*I.*?(?P<index>[jm])Li\d+ELi(?P<n>\d+)ELi(?P<stride>\d+)E(?:Li\d+E)?E?"
+                  r"EvPT_NS\d*_25CatArrInputTensorMetadataI.*?16TensorSizeStrideI\w+?Lj(?P<dims>\d+)EE")  # fmt: skip
+
+
+@functools.lru_cache(maxsize=4096)
+def _cat_inputs(name: str, blob: bytes, inputs: int) -> Ranges:
+    """The entries of ``CatArrInputTensorMetadata<T, IndexType, n, stride_size>`` (``input[n]``,
+    ``offset[n]``, ``dimSize[n]``, ``nElements[n]``, ``isContiguous[n]``, ``tensorStride[stride_size]``
+    of ``TensorSizeStride<IndexType, dims>``) past the launch's ``inputs`` (its ``gridDim.y``: every
+    block reads the entries at ``blockIdx.y``, and ``tensorStride[0]`` alone where ``stride_size``
+    is 1)."""
+    m = _CAT.search(name)
+    if m is None:
+        return ()
+    width, n, stride, dims = 4 if m["index"] == "j" else 8, int(m["n"]), int(m["stride"]), int(m["dims"])
+    arrays = [
+        (0, 8),
+        (8 * n, width),
+        (8 * n + width * n, width),
+        (8 * n + 2 * width * n, width),
+        (8 * n + 3 * width * n, 1),
+    ]
+    strides = (8 * n + 3 * width * n + n + width - 1) // width * width
+    entry = 2 * dims * width
+    end = strides + stride * entry
+    if (end + 7) // 8 * 8 != len(blob) or not 1 <= inputs <= n:
+        return ()
+    out = [(at + w * inputs, at + w * n) for at, w in arrays]
+    out += [(strides + entry * (inputs if stride > 1 else 1), end), (end, len(blob)), (arrays[-1][0] + n, strides)]
+    return _merged(out)
+
+
 # -- multi_tensor_apply_kernel's TensorListMetadata ----------------------------------------------
 
 # (tensors by depth, tensors by depth for scalar lists, blocks, bytes of a block index): CUDA 12, 13
@@ -315,6 +358,9 @@ def unread(node: Node) -> Ranges:
     elif "29vectorized_elementwise_kernelI" in name and len(node.layout) == 3 and (fkind := _functor_kind(name)):
         start, size = node.layout[1]
         found = _functor(fkind, size)
+    elif "CatArrayBatchedCopy" in name and len(node.layout) >= 2 and len(node.grid) >= 2:
+        start, size = node.layout[1]
+        found = _cat_inputs(name, bytes(node.block[start : start + size]), int(node.grid[1]))
     elif "25multi_tensor_apply_kernelI" in name and node.layout[0][0] == 0 and node.grid:
         start, size = node.layout[0]
         found = _tensor_list(name, bytes(node.block[start : start + size]), int(node.grid[0]))
