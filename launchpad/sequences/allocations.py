@@ -125,7 +125,10 @@ class Blocks:
         return found[-1] if found else None
 
     def shares(self, k: int) -> bool:
-        """Whether another allocation of the capture held any of allocation ``k``'s addresses (its
-        end included): then an address inside ``k`` does not say which of them a word means."""
+        """Whether another allocation of the capture held any of allocation ``k``'s bytes: then an
+        address inside ``k`` does not say which of them a word means. One that only touches ``k``
+        (ends where ``k`` starts, starts where it ends: the caching allocator's neighbouring blocks)
+        shares a single address with it, which every word holding it shows (:meth:`containing`
+        gives both), and is judged word by word."""
         start, size = self.blocks[k]
-        return any(j != k and s <= start + size and start <= s + n for j, (s, n) in enumerate(self.blocks))
+        return any(j != k and s < start + size and start < s + n for j, (s, n) in enumerate(self.blocks))

@@ -177,6 +177,9 @@ def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_
     """Whether node ``i``'s word at ``offset`` points, in captures ``a`` and ``b``, into the same
     allocation of each (the ``k``-th) at the same offset: the same value of the graph's own memory,
     as an address or shifted right by 4 bits with flags above it (cuBLAS's kernels hold some so).
+    Where an address lies in several allocations (a block reused, or one starting where another
+    ends), a reading the two captures share is that value: the word means the same in both, and a
+    reading one capture lacks (two blocks that touch in one pool alone) cannot be what it means.
     Without allocation facts, whether both are device pointers (the weaker test that is all there is)."""
     x, y = region_bytes(a.nodes[i], offset, size), region_bytes(b.nodes[i], offset, size)
     if size != 8 or x is None or y is None:
@@ -184,8 +187,8 @@ def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_
     p, q = int.from_bytes(x, "little"), int.from_bytes(y, "little")
     if a.allocations is None or b.allocations is None:
         return is_device_pointer(p) and is_device_pointer(q)
-    found = referenced(a, p)
-    return bool(found[1]) and found == referenced(b, q)
+    (shift, found, flags), (other_shift, other, other_flags) = referenced(a, p), referenced(b, q)
+    return (shift, flags) == (other_shift, other_flags) and bool(set(found) & set(other))
 
 
 def both_pooled(a: Capture, b: Capture, i: int, offset: int, size: int) -> bool:
