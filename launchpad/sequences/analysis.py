@@ -177,9 +177,8 @@ def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_
     """Whether node ``i``'s word at ``offset`` points, in captures ``a`` and ``b``, into the same
     allocation of each (the ``k``-th) at the same offset: the same value of the graph's own memory,
     as an address or shifted right by 4 bits with flags above it (cuBLAS's kernels hold some so).
-    Where an address lies in several allocations (a block reused, or one starting where another
-    ends), a reading the two captures share is that value: the word means the same in both, and a
-    reading one capture lacks (two blocks that touch in one pool alone) cannot be what it means.
+    Where an address lies in several allocations, a shared reading is that value (a reading one
+    capture lacks, such as blocks that touch in one pool alone, cannot be what the word means).
     Without allocation facts, whether both are device pointers (the weaker test that is all there is)."""
     x, y = region_bytes(a.nodes[i], offset, size), region_bytes(b.nodes[i], offset, size)
     if size != 8 or x is None or y is None:
@@ -266,21 +265,8 @@ def _attribute(inputs: dict[str, InputPlan], moved: dict[str, int], i: int, node
             kept = ((1 << size) - 1) & ~noise
             if third is not None and not (_differ(third, here) & kept and _differ(third, there) & kept):
                 continue
-            use = _explain(
-                i,
-                node,
-                offset,
-                size,
-                param,
-                label,
-                here,
-                there,
-                noise,
-                mask,
-                values[name],
-                probed[name],
-                fars.get(name),
-            )
+            use = _explain(i, node, offset, size, param, label, here, there, noise, mask, values[name], probed[name],
+                           fars.get(name))  # fmt: skip
         if use is None:
             unexplained.append(name)
             continue
