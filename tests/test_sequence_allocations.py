@@ -60,3 +60,25 @@ def test_only_blocks_that_held_the_same_bytes_share():
     assert not touching.shares(0)
     assert reused.shares(1) and reused.shares(0)
     assert touching.containing(0x1200) == ((0, 0x200), (1, 0))  # the one address they share: both readings
+
+
+def test_a_word_at_the_address_two_touching_blocks_share_makes_the_output_a_copy():
+    """Touching blocks no longer make an output a copy by themselves: the one address they share is
+    judged where a word holds it. The next block's start is also the output's end (an end pointer a
+    kernel may hold), so that word cannot be placed and the output is copied; a word inside the
+    output alone is a use of it."""
+    from launchpad.sequences.analysis import Storage
+    from launchpad.sequences.outputs import _follow
+
+    blocks = [(0x7F00_0000_1000, 0x200), (0x7F00_0000_1200, 0x200)]  # the output (0), a neighbour (1)
+    control_blocks = [(0x7F20_0000_1000, 0x200), (0x7F20_0000_1200, 0x200)]
+    assert not Blocks(blocks).shares(0)
+    boundary = capture(blocks, 0x7F00_0000_1200)
+    storage = Storage(0x200)
+    assert "points into it but does not follow it" in _follow(
+        storage, 0, boundary.nodes, boundary, capture(control_blocks, 0x7F20_0000_1200), never
+    )
+    inside = capture(blocks, 0x7F00_0000_1040)
+    storage = Storage(0x200)
+    assert _follow(storage, 0, inside.nodes, inside, capture(control_blocks, 0x7F20_0000_1040), never) == ""
+    assert [(u.node, u.offset) for u in storage.uses] == [(0, 0)]

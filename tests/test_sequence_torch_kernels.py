@@ -135,8 +135,8 @@ CAT = (
 def test_exactly_the_cat_entries_past_grid_y_are_left_out(stride, inputs):
     """``torch.cat``'s metadata of 64 inputs (32-bit indices, 4 dims): each block reads the entries
     at ``blockIdx.y`` (``tensorStride[0]`` alone where ``stride_size`` is 1), so those past
-    ``gridDim.y`` are the host's leftovers; the layout is an H100's torch 2.11 (3392 bytes for 64
-    strides, as it launched for an attention backward's q, k, v gradients)."""
+    ``gridDim.y`` are the host's leftovers. Laid out as torch's ``Shape.cu`` declares it; its size
+    (3392 bytes for 64 strides) is what an H100's torch 2.11 launched for an attention backward."""
     rng = random.Random(inputs)
     size = 1344 + 32 * stride  # input[64], offset/dimSize/nElements[64], isContiguous[64], strides
     meta = rng.randbytes((size + 7) // 8 * 8)
@@ -153,3 +153,16 @@ def test_exactly_the_cat_entries_past_grid_y_are_left_out(stride, inputs):
     assert unread(n) == ()
     n.grid, n.layout = (12, inputs, 1), ((0, 8), (8, len(meta) + 8), *layout[2:])
     assert unread(n) == ()  # another size
+
+
+def test_reduce_configs_padding_only_after_a_bool():
+    """The three bytes after ``ReduceConfig.vectorize_input`` are left out only where that byte is a
+    bool (0 or 1): anything else says the config is not where the layout puts it."""
+    rng = random.Random(8)
+    blob, at = reduce_op(rng, 72, [4096, 3], [7])
+    padding = set(range(at - 7, at - 4))
+    assert padding <= {b for a, e in unread(node(blob)) for b in range(a, e)}
+    spoiled = bytearray(blob)
+    spoiled[at - 8] = 2
+    left_out = {b for a, e in unread(node(bytes(spoiled))) for b in range(a, e)}
+    assert not padding & left_out and left_out  # (the calculators' bytes still are)

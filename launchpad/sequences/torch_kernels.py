@@ -41,11 +41,15 @@ bytes prove the layout, those bytes are left out of what the analysis compares
   ``block_to_tensor[blockIdx.x]`` and ``block_to_chunk[blockIdx.x]``, then that tensor's entries
   alone. Entries of blocks past the grid, and of tensors no block of the grid names, are unread;
   host code reuses the struct across launches, so they hold an earlier launch's addresses. The
-  struct's size must be one of torch's two tables' (CUDA 12: 110 tensors at depth 1, 320 blocks;
-  CUDA 13: 770 and 2240), and every named tensor within it.
+  struct's size must be one of torch's two tables' (110 tensors at depth 1 and 320 blocks, for a
+  4 KB parameter block; 770 and 2240 where a torch build uses 32 KB: its headers choose by CUDA
+  version, and torch 2.11+cu130 still launched the first), and every named tensor within it.
 
 Anything else (64-bit indexing, another torch whose layout differs, a name not parsed) is compared
-whole, as before: a copy or a refusal, never a guess.
+whole, as before: a copy or a refusal, never a guess. What this rests on besides the bytes: torch's
+own sources (the layouts above; its ``gpu_kernel`` lambdas are ``GPU_LAMBDA``, ``__host__
+__device__``, which its ``function_traits`` needs) and nvcc's lowering of such lambdas (torch's CUDA
+builds are nvcc's; a torch built with another CUDA compiler is not covered by the host-word rule).
 """
 
 from __future__ import annotations
@@ -129,7 +133,7 @@ _NOCAST = re.compile(r"18elementwise_kernelILi\d+ELi\d+EZNS0_22gpu_kernel_impl_n
                      r"EEv(?:RNS_18TensorIteratorBaseE|S[0-9A-Z]*_)RKT_EUliE_EEviT1_$")  # fmt: skip
 _FUNCTOR_ARITY = {"13BinaryFunctorI": 2, "15CUDAFunctor_addI": 2, "22CUDAFunctorOnSelf_addI": 1,
                   "23CUDAFunctorOnOther_addI": 1, "11FillFunctorI": 0}  # fmt: skip
-_BUILTIN = set("bcahstijlmxynofdegz")
+_BUILTIN = set("bcahstijlmxynofdeg")  # (not "z", an ellipsis: no parameter)
 _SUBSTITUTION = re.compile(r"S[0-9A-Z]*_")
 _SOURCE_NAME = re.compile(r"(\d+)")
 
@@ -285,7 +289,7 @@ def _cat_inputs(name: str, blob: bytes, inputs: int) -> Ranges:
 
 # -- multi_tensor_apply_kernel's TensorListMetadata ----------------------------------------------
 
-# (tensors by depth, tensors by depth for scalar lists, blocks, bytes of a block index): CUDA 12, 13
+# (tensors by depth, tensors by depth for scalar lists, blocks, bytes of a block index): 4 KB, 32 KB
 _TABLES = (((110, 64, 48, 36, 30), (96, 64, 48, 36, 30), 320, 1),
            ((770, 448, 336, 252, 210), (672, 448, 336, 252, 210), 2240, 2))  # fmt: skip
 _LIST = re.compile(r"25multi_tensor_apply_kernelINS\d*_(?:(?P<kind>18TensorListMetadata|32FusedOptimizerTensorListMetadata)"
