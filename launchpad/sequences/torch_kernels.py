@@ -68,6 +68,10 @@ MAX_DIMS = 25  # CUDA's (ROCm's is 16: its layouts fail the size checks)
 _SIZES_END = 4 + 12 * MAX_DIMS  # dims, then the dividers
 
 
+def _align(value: int, to: int) -> int:
+    return (value + to - 1) // to * to
+
+
 def _calc_size(nargs: int) -> int:
     return _SIZES_END + 4 * MAX_DIMS * nargs
 
@@ -116,7 +120,7 @@ def _reduce_op(blob: bytes) -> Ranges:
             continue
         second = _dims(blob, at + input_size, 0)
         end = at + input_size + output_size
-        if second is not None and (end + 7) // 8 * 8 + 64 == len(blob):
+        if second is not None and _align(end, 8) + 64 == len(blob):
             found.append((at, first, second))
     if len(found) != 1:
         return ()
@@ -188,6 +192,13 @@ def _lambda_arity(f: str) -> int | None:
     return count
 
 
+def _torch_lambda(f: str) -> bool:
+    """Whether the functor type ``f`` is a lambda of an at::native function whose parameters parse:
+    torch writes those as ``GPU_LAMBDA`` (``__host__ __device__``), which nvcc lowers as the rules
+    here assume."""
+    return _lambda_arity(f) is not None and re.match(r"Z+NS0_\d", f) is not None
+
+
 @functools.lru_cache(maxsize=1024)
 def _closure_kind(name: str) -> tuple[int, bool] | None:
     """``(NARGS, whether the functor is a lambda of at::native)`` of the closure of the
@@ -201,12 +212,12 @@ def _closure_kind(name: str) -> tuple[int, bool] | None:
     if arity is not None:
         return arity + 1, False
     arity = _lambda_arity(f)
-    return None if arity is None else (arity + 1, re.match(r"Z+NS0_\d", f) is not None)
+    return None if arity is None else (arity + 1, _torch_lambda(f))
 
 
 @functools.lru_cache(maxsize=4096)
 def _closure(blob: bytes, nargs: int, torch_lambda: bool) -> Ranges:
-    calc_end = (_calc_size(nargs) + 7) // 8 * 8
+    calc_end = _align(_calc_size(nargs), 8)
     data_end = calc_end + 8 * nargs
     if len(blob) < data_end + 8:  # data, then the functor and nvcc's word
         return ()
@@ -240,7 +251,7 @@ def _functor_kind(name: str) -> str | None:
     f = m.group("f")
     if _EMPTY.match(f):
         return "empty"
-    return "lambda" if _lambda_arity(f) is not None and re.match(r"Z+NS0_\d", f) else None
+    return "lambda" if _torch_lambda(f) else None
 
 
 def _functor(kind: str, size: int) -> Ranges:
@@ -277,10 +288,10 @@ def _cat_inputs(name: str, blob: bytes, inputs: int) -> Ranges:
         (8 * n + 2 * width * n, width),
         (8 * n + 3 * width * n, 1),
     ]
-    strides = (8 * n + 3 * width * n + n + width - 1) // width * width
+    strides = _align(8 * n + 3 * width * n + n, width)
     entry = 2 * dims * width
     end = strides + stride * entry
-    if (end + 7) // 8 * 8 != len(blob) or not 1 <= inputs <= n:
+    if _align(end, 8) != len(blob) or not 1 <= inputs <= n:
         return ()
     out = [(at + w * inputs, at + w * n) for at, w in arrays]
     out += [(strides + entry * (inputs if stride > 1 else 1), end), (end, len(blob)), (arrays[-1][0] + n, strides)]
@@ -316,13 +327,13 @@ def _list_layout(name: str, size: int) -> tuple[int, int, int, list[tuple[int, i
         if m.group("scalar"):
             widths.append(4 if m.group("scalar") == "f" else 8)  # scalar_vals
         for width in widths:
-            at = (at + width - 1) // width * width
+            at = _align(at, width)
             arrays.append((at, width))
             at += width * tensors
         to_tensor = at
-        to_chunk = (to_tensor + index * blocks + 3) // 4 * 4
+        to_chunk = _align(to_tensor + index * blocks, 4)
         end = to_chunk + 4 * blocks + (0 if m.group("scalar") else 4)  # start_tensor_this_launch
-        if (end + 7) // 8 * 8 == size:
+        if _align(end, 8) == size:
             found.append((tensors, blocks, index, arrays, to_tensor, to_chunk, end))
     return found[0] if len(found) == 1 else None
 
