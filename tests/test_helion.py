@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -394,13 +395,12 @@ def test_arguments_helion_cannot_take_are_named(env):
     assert env.fake.launches == []
 
 
-def test_reset_forgets_the_launchers_too_and_wrappers_share_one_lock(env):
+def test_reset_forgets_the_launchers_too(env):
     hk = env.wrap(H.scale_by)
     hk(torch.randn(100), 3)
     assert hk._launcher._last and hk._launcher._runs
     hk.reset()
     assert hk.host_functions == {} and hk._launcher._last == {} and hk._launcher._runs == {}
-    assert launchpad.helion_kernel(H.scale_by)._lock is hk._lock  # binding and autotuning one at a time
 
 
 def test_matmul_epilogue_functions_are_keyed_as_helion_keys_them(env):
@@ -504,6 +504,59 @@ def test_threads_launch_their_own_arguments(env):
     assert not errors
     by_x = {struct.unpack("<Q", launch.params[0])[0]: launch.grid for launch in env.fake.launches}
     assert {by_x[x.data_ptr()] for x, _ in inputs} == {(4, 1, 1), (8, 1, 1), (16, 1, 1), (32, 1, 1)}
+
+
+def test_threads_never_trace_or_compile_two_helion_kernels_at_once(env, monkeypatch):
+    """Helion's tracing writes torch.fx's process-wide node metadata: two threads tracing at once,
+    even two kernels, lost a node's source location (KeyError 'location', seen in CI). Each trace
+    (a new bound kernel) and each code generation is held open here, so any overlap is seen."""
+    from helion.runtime.kernel import BoundKernel
+
+    active, overlaps, lock = [0], [], threading.Lock()
+
+    def held(real):
+        def run(*args, **kwargs):
+            with lock:
+                active[0] += 1
+                overlaps.append(active[0])
+            try:
+                time.sleep(0.02)  # long enough for a thread waiting at the barrier to arrive
+                return real(*args, **kwargs)
+            finally:
+                with lock:
+                    active[0] -= 1
+
+        return run
+
+    monkeypatch.setattr(BoundKernel, "__init__", held(BoundKernel.__init__))
+    monkeypatch.setattr(BoundKernel, "ensure_config_exists", held(BoundKernel.ensure_config_exists))
+    wrappers = [
+        env.wrap(configured(H.add, block_sizes=[128], num_warps=4, num_stages=1)),
+        env.wrap(configured(H.add, block_sizes=[64], num_warps=2, num_stages=1)),
+    ]
+    rng = np.random.default_rng(7)
+    work = [(hk, int(n)) for hk in wrappers for n in rng.choice(np.arange(1, 64) * 64, 3, replace=False)]
+    barrier, errors, results = threading.Barrier(len(work)), [], {}
+
+    def call(i: int) -> None:
+        hk, n = work[i]
+        x, y = torch.randn(n), torch.randn(n)
+        barrier.wait()
+        try:
+            results[i] = (hk(x, y), x, y)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(work))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert len(overlaps) >= len(work) and max(overlaps) == 1  # every trace and compile alone
+    # the fake GPU writes nothing: each call's launch is checked by the pointers that reached it
+    launched = {struct.unpack("<QQQ", b"".join(launch.params[:3])) for launch in env.fake.launches}
+    assert {(x.data_ptr(), y.data_ptr(), out.data_ptr()) for out, x, y in results.values()} <= launched
 
 
 def test_other_launcher_keywords_are_triton_compile_options(env):

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import threading
 import types
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -44,20 +43,14 @@ from .versions import check_installed, rules_of
 __all__ = ["HelionKernel"]
 
 
-# One lock per Helion kernel, shared by every HelionKernel of it: binding, autotuning and compiling
-# change the kernel's own tables (Helion's BoundKernel), which two wrappers must not do at once.
-_LOCKS: weakref.WeakKeyDictionary[Any, threading.RLock] = weakref.WeakKeyDictionary()
-_LOCKS_LOCK = threading.Lock()
+# One lock for every Helion kernel of the process, held while Helion binds (a new key traces the
+# kernel), autotunes or generates code. Tracing writes torch.fx's node metadata, a process-wide
+# dict (torch.fx.traceback.current_meta), and parses Python's ast: two threads doing it at once,
+# even for two different kernels, lose a node's source location (KeyError 'location' in code
+# generation) or trip CPython's ast constructor (SystemError). Launches run outside it.
+_HELION_LOCK = threading.RLock()
 # True while Dynamo traces (a constant in its graph), False in eager calls, at about 50 ns a call.
 _compiling = torch.compiler.is_compiling
-
-
-def _lock_of(kernel: Any) -> threading.RLock:
-    with _LOCKS_LOCK:
-        lock = _LOCKS.get(kernel)
-        if lock is None:
-            lock = _LOCKS[kernel] = threading.RLock()
-        return lock
 
 
 class _ByExtras:
@@ -119,7 +112,6 @@ class HelionKernel:
         self._bind_per_call = rules.bind_per_call  # 1.5: host_functions keyed by Helion's bound kernel
         self._launcher = Launcher(launcher_of, kernel.name)
         self.host_functions: dict[Any, Any] = {}
-        self._lock = _lock_of(kernel)
 
     def __repr__(self) -> str:
         return f"<launchpad.HelionKernel {self.kernel.name} ({len(self.host_functions)} specializations)>"
@@ -132,9 +124,9 @@ class HelionKernel:
             if kwargs:
                 args = self.kernel.normalize_args(*args, **kwargs)  # as Helion's Kernel.__call__
             elif len(args) > self._arity:
-                self.kernel.bind(args)  # raises Helion's own TypeError
+                self._bind(args)  # raises Helion's own TypeError
             # 1.5: Helion's own binding is the key (module documentation)
-            key = self.kernel.bind(args) if self._bind_per_call else self._key(args)
+            key = self._bind(args) if self._bind_per_call else self._key(args)
         except TypeError as exc:  # Helion's refusal of the arguments, said with the kernel's name
             raise self._refusal(args, exc) from exc
         if self._bind_per_call:
@@ -153,10 +145,16 @@ class HelionKernel:
     def reset(self) -> None:
         """Forget every specialization, here, in the launcher and in Helion (``kernel.reset()``):
         the next calls bind, compile and autotune again."""
-        with self._lock:
+        with _HELION_LOCK:
             self.kernel.reset()
             self.host_functions = {}
             self._launcher.reset()
+
+    def _bind(self, args: tuple) -> Any:
+        """Helion's ``Kernel.bind``: a cache lookup, or on a new key a trace of the kernel, which
+        must not run beside another thread's (``_HELION_LOCK``)."""
+        with _HELION_LOCK:
+            return self.kernel.bind(args)
 
     def _refusal(self, args: tuple, exc: TypeError) -> ArgumentTypeError:
         """``exc`` (Helion's TypeError for these arguments) as launchpad's error: the kernel named,
@@ -186,7 +184,7 @@ class HelionKernel:
                 or kernel._has_specialization_extras
             ):
                 return bound
-            rebound = kernel.bind(args)
+            rebound = self._bind(args)
             if rebound is bound:
                 return bound
             bound = rebound
@@ -209,9 +207,9 @@ class HelionKernel:
         (its ``_run`` reset): then bind again, as Helion's next call would."""
         names = self.kernel.signature.parameters
         runtime_args = {n: v for n, v in zip(names, args) if isinstance(v, torch.Tensor)}
-        with self._lock:
+        with _HELION_LOCK:
             for _ in range(8):
-                bound = self._settle(self.kernel.bind(args), args)
+                bound = self._settle(self._bind(args), args)
                 with bound._first_compile_lock:
                     if bound._run is None:
                         self._check(bound)
@@ -259,7 +257,7 @@ class HelionKernel:
 
     def _miss(self, key: tuple, args: tuple) -> tuple:
         kernel = self.kernel
-        with self._lock:
+        with _HELION_LOCK:
             self._check(None)  # ref mode, before binding
             bound = kernel.bind(args)
             self._check(bound)
