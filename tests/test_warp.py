@@ -135,6 +135,44 @@ def test_signatures_and_layouts():
 
 
 @needs_warp
+def test_modules_compile_once_into_warps_kernel_cache(tmp_path, monkeypatch):
+    """from_warp compiles into Warp's own kernel cache, by the module's hash: a later call (a later
+    process) finds the cubin there and compiles nothing; a cached module missing its source (which the
+    tile refusal reads) is compiled again apart, the cache left as it was."""
+    import warp as wp
+    from warp._src.context import Module
+
+    wp.init()  # (which sets kernel_cache_dir)
+    monkeypatch.setattr(wp.config, "kernel_cache_dir", str(tmp_path))
+    real, codegen = Module._run_codegen, []
+
+    def counted(self, *args, **kwargs):
+        codegen.append(self.name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Module, "_run_codegen", counted)
+    kernel = kernels()["saxpy"]
+    first = launchpad.from_warp(kernel, arch="sm_90")
+    assert len(codegen) == 1
+    cubins = list(tmp_path.glob("*/*.sm90.cubin"))
+    assert len(cubins) == 1 and cubins[0].read_bytes() == first.spec.image
+    again = launchpad.from_warp(kernel, arch=90)
+    assert len(codegen) == 1 and again.spec.image == first.spec.image  # read back: nothing compiled
+    assert [p.to_json() for p in again.params] == [p.to_json() for p in first.params]
+
+    source = cubins[0].with_name(cubins[0].name.removesuffix(".sm90.cubin") + ".cu")
+    source.unlink()
+    rebuilt = launchpad.from_warp(kernel, arch=90)
+    assert len(codegen) == 2 and rebuilt.spec.image == first.spec.image
+    assert not source.exists() and list(tmp_path.glob("*/*.sm90.cubin")) == cubins  # (apart: in a temp dir)
+
+    with pytest.raises(LaunchpadError, match=r"kernel 'tiled' uses tiles"):  # the refusal holds on a cache hit
+        launchpad.from_warp(kernels()["tiled"], arch=90)
+    with pytest.raises(LaunchpadError, match=r"kernel 'tiled' uses tiles"):
+        launchpad.from_warp(kernels()["tiled"], arch=90)
+
+
+@needs_warp
 def test_parameter_kinds_not_packed_are_refused_by_name():
     with pytest.raises(LaunchpadError, match=r"kernel 'takes_struct', parameter 'p' .*wp.struct parameters are not"):
         launchpad.from_warp(kernels()["takes_struct"], arch=90)

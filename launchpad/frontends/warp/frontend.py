@@ -1,7 +1,8 @@
 """Warp front end: ``@wp.kernel`` functions as launchpad Kernels that take torch tensors directly.
 
 :func:`from_warp` compiles the kernel's module for one architecture through Warp's ahead-of-time
-compiler (``wp.compile_aot_module(module, arch=...)``, NVRTC; no GPU needed), or takes a cubin
+compiler (``wp.compile_aot_module(module, arch=...)``, NVRTC; no GPU needed; into Warp's own kernel
+cache, which a later call reads back), or takes a cubin
 compiled so earlier, and describes Warp's calling convention to the launch core: the launch bounds
 first (``CONVERTERS["warp_bounds"]``, filled by ``kernel[dim]``), then per parameter of the Python
 function an array (``CONVERTERS["warp_array"]``: one ``array_t`` struct packed from a tensor in the
@@ -202,25 +203,46 @@ def _element(wt: Any, t: Any) -> tuple[str, tuple[int, ...]]:
 
 
 def _compile(wp: Any, kernel: Any, name: str, arch: str) -> tuple[bytes, dict, str]:
-    """The cubin, ``.meta`` and ``.cu`` source Warp's AOT compiler writes for the kernel's module."""
-    # TODO(launchpad): keep the cubin in launchpad's disk cache (launchpad.core.cache), as compiled C++
-    # is kept: each from_warp call compiles the module again, into a temporary folder.
+    """The cubin, ``.meta`` and ``.cu`` source Warp's AOT compiler writes for the kernel's module,
+    in Warp's own kernel cache (``wp.config.kernel_cache_dir``, ``WARP_CACHE_PATH``): Warp names
+    each module's folder and files by the module's hash, and compiles nothing where the cubin and
+    its ``.meta`` are there already, so a module compiled once (by ``from_warp``, or by ``wp.launch``
+    on a GPU of this architecture) is read back in a later process, not compiled again. A cached
+    module without its source (what :func:`_refuse_compiled` reads) is compiled again, apart."""
     number = int(re.sub(r"\D", "", arch.removeprefix("sm_")))
-    with tempfile.TemporaryDirectory(prefix="launchpad-warp-") as folder:
-        try:
-            wp.compile_aot_module(kernel.module, arch=number, module_dir=folder, use_ptx=False)
-        except Exception as exc:  # Warp's codegen and NVRTC failures: the user's code or the compiler
-            raise CompileError(f"Warp could not compile kernel {name!r} for {arch}: {type(exc).__name__}",
-                               str(exc).strip()) from exc  # fmt: skip
-        found = sorted(Path(folder).glob(f"*.sm{number}.cubin"))
-        if len(found) != 1:
-            raise CompileError(f"Warp compiled kernel {name!r} for {arch} but wrote no single cubin",
-                               ", ".join(p.name for p in Path(folder).iterdir()))  # fmt: skip
-        stem = found[0].name.removesuffix(f".sm{number}.cubin")
-        meta_path, source_path = Path(folder) / f"{stem}.meta", Path(folder) / f"{stem}.cu"
-        meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-        source = source_path.read_text() if source_path.exists() else ""
-        return found[0].read_bytes(), meta, source
+    wp.init()  # (sets wp.config.kernel_cache_dir, None before; at once where Warp is initialized already)
+    cubin = _compile_into(wp, kernel, name, arch, number, None)
+    if not _beside(cubin, number, ".cu").is_file():
+        with tempfile.TemporaryDirectory(prefix="launchpad-warp-") as folder:
+            return _read(_compile_into(wp, kernel, name, arch, number, folder), number)
+    return _read(cubin, number)
+
+
+def _compile_into(wp: Any, kernel: Any, name: str, arch: str, number: int, folder: str | None) -> Path:
+    """The cubin ``wp.compile_aot_module`` compiles (or finds) in ``folder`` (None: Warp's cache)."""
+    try:
+        paths = wp.compile_aot_module(kernel.module, arch=number, module_dir=folder, use_ptx=False)
+    except Exception as exc:  # Warp's codegen and NVRTC failures: the user's code or the compiler
+        raise CompileError(f"Warp could not compile kernel {name!r} for {arch}: {type(exc).__name__}",
+                           str(exc).strip()) from exc  # fmt: skip
+    cubin = Path(paths[-1]) if paths else None  # (one path per device, then one per arch: ours, the last)
+    if cubin is None or not cubin.name.endswith(f".sm{number}.cubin") or not cubin.is_file():
+        raise CompileError(f"Warp compiled kernel {name!r} for {arch} but wrote no cubin where it says",
+                           str(cubin))  # fmt: skip
+    return cubin
+
+
+def _beside(cubin: Path, number: int, suffix: str) -> Path:
+    """The module's file of ``suffix`` beside its cubin: ``wp_<module>_<hash>.sm90.cubin`` -> ``.cu``."""
+    return cubin.with_name(cubin.name.removesuffix(f".sm{number}.cubin") + suffix)
+
+
+def _read(cubin: Path, number: int) -> tuple[bytes, dict, str]:
+    """A Warp cubin's bytes, and its module's ``.meta`` (``{}`` where absent) and ``.cu`` source."""
+    meta_path, source_path = _beside(cubin, number, ".meta"), _beside(cubin, number, ".cu")
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    source = source_path.read_text() if source_path.exists() else ""
+    return cubin.read_bytes(), meta, source
 
 
 def _refuse_compiled(name: str, entry: str, meta: dict, source: str) -> None:
