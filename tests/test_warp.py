@@ -174,8 +174,8 @@ def test_modules_compile_once_into_warps_kernel_cache(tmp_path, monkeypatch):
 
 @needs_warp
 def test_parameter_kinds_not_packed_are_refused_by_name():
-    with pytest.raises(LaunchpadError, match=r"kernel 'takes_struct', parameter 'p' .*wp.struct parameters are not"):
-        launchpad.from_warp(kernels()["takes_struct"], arch=90)
+    with pytest.raises(LaunchpadError, match=r"kernel 'struct_refused', parameter 'p' .*field 'p.a' \(indexedarray"):
+        launchpad.from_warp(kernels()["struct_refused"], arch=90)
 
     with pytest.raises(LaunchpadError, match=r"kernel 'tiled' uses tiles .*launch it with wp.launch_tiled"):
         launchpad.from_warp(kernels()["tiled"], arch=90)
@@ -257,6 +257,75 @@ def test_strided_vector_matrix_and_scalar_bytes(fake_gpu):
     t = torch.randn(2, 3, 4, 5, dtype=torch.float64)
     k4[(2, 3, 4, 5)](t, t, t)
     assert fake_gpu.last.params[:2] == [bounds((2, 3, 4, 5), 120), array_t(t)]
+
+
+def struct_bytes(x: torch.Tensor, y: torch.Tensor, s: float, v: tuple, n: int, flag: bool, m: list) -> bytes:
+    """``Params`` of tests/warp_kernels.py by hand: x, y (vec3), s at 112, inner {vec3 v; i32 n} at
+    116, flag at 132, three bytes of padding, mat22 m at 136: 152 bytes."""
+    return array_t(x) + array_t(y, 1) + struct.pack("<f3fi?3x4f", s, *v, n, flag, *[c for row in m for c in row])
+
+
+def test_struct_bytes_from_a_dict(fake_gpu):
+    k = fake_gpu.install(carried("with_struct"))
+    gen = torch.Generator().manual_seed(11)
+    for _ in range(3):
+        (p, out), n, _ = CASES[-1].make("cpu", gen)
+        k[n](p, out)
+        inner = p["inner"]
+        want = struct_bytes(p["x"], p["y"], p["s"], inner["v"], inner["n"], p["flag"], p["m"])
+        assert fake_gpu.last.params == [bounds((n,), n), want, array_t(out)]
+    assert [a.converter for a in k.args[1:2]] == ["warp_struct"] and k.params[1].size == 152
+
+
+@needs_warp
+def test_struct_bytes_equal_warps(fake_gpu):
+    """A dict packs what Warp's own ctypes structure holds for the same values; a Warp instance is
+    passed as its own bytes, once its arrays are on the launch device."""
+    import warp as wp
+
+    kernel = kernels()["with_struct"]
+    k = fake_gpu.install(launchpad.from_warp(kernel, arch=90))
+    (p, out), n, _ = CASES[-1].make("cpu", torch.Generator().manual_seed(12))
+    params = kernel.adj.args[0].type
+    instance = params()
+    instance.x, instance.y = wp.from_torch(p["x"]), wp.from_torch(p["y"], dtype=wp.vec3)
+    instance.s, instance.flag, instance.m = p["s"], p["flag"], wp.mat22(*[c for row in p["m"] for c in row])
+    instance.inner.v, instance.inner.n = wp.vec3(*p["inner"]["v"]), p["inner"]["n"]
+    theirs = bytes(memoryview(instance._ctype).cast("B"))
+    k[n](p, out)
+    assert fake_gpu.last.params[1] == theirs
+    with pytest.raises(ArgumentError, match=r"argument 1 \('p'\): p.x is an array on cpu, not on the launch device"):
+        k[n](instance, out)  # (host arrays: the kernel would read a host address)
+    instance.x, instance.y = None, None  # null arrays: nothing to place
+    k[n](instance, out)
+    assert fake_gpu.last.params[1] == bytes(memoryview(instance._ctype).cast("B"))
+    with pytest.raises(ArgumentTypeError, match=r"expected a wp.struct .*Params.* for p, got a wp.struct .*Inner"):
+        k[n](instance.inner, out)
+
+
+def test_struct_arguments_refused_by_field(fake_gpu):
+    k = fake_gpu.install(carried("with_struct"))
+    (p, out), n, _ = CASES[-1].make("cpu", torch.Generator().manual_seed(13))
+    with pytest.raises(ArgumentError, match=r"argument 1 \('p'\): p has the fields .*: missing \['flag'\]; no field "
+                       r"\['flg'\]"):  # fmt: skip
+        k[n]({**{f: v for f, v in p.items() if f != "flag"}, "flg": True}, out)
+    with pytest.raises(
+        ArgumentTypeError, match=r"expected float32 elements \(p.x, a 1-d array of float32\), got a torch.float64"
+    ):
+        k[n]({**p, "x": p["x"].double()}, out)
+    with pytest.raises(
+        ArgumentTypeError, match=r"cannot pack tuple \(1.0, 2.0\) as p.inner.v \(vec3f\): expected 3 components"
+    ):
+        k[n]({**p, "inner": {"v": (1.0, 2.0), "n": 3}}, out)
+    with pytest.raises(
+        ArgumentTypeError, match=r"cannot pack float 2.5 as p.inner.n \(int32\): 'float' object cannot be"
+    ):
+        k[n]({**p, "inner": {"v": (1.0, 2.0, 3.0), "n": 2.5}}, out)
+    with pytest.raises(ArgumentError, match=r"cannot pack int 2147483648 as p.inner.n \(int32\)"):
+        k[n]({**p, "inner": {"v": (1.0, 2.0, 3.0), "n": 2**31}}, out)
+    with pytest.raises(ArgumentTypeError, match=r"expected a wp.struct .* or a dict of its fields for p, got"):
+        k[n]((1, 2), out)
+    assert not fake_gpu.launches
 
 
 def test_wrong_arguments_refused_before_launch(fake_gpu):

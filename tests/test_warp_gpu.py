@@ -135,20 +135,13 @@ def test_bits_equal_wp_launch(case):
     """Where Warp is installed (not on the GPU machine): the same kernel compiled here, the same
     inputs, bit for bit against ``wp.launch``."""
     wp = pytest.importorskip("warp", reason="Warp (PyPI warp-lang) is not installed here")
-    from warp_kernels import kernels
+    from warp_kernels import kernels, to_warp
 
     warp_kernel = kernels()[case.name]
     kernel = launchpad.from_warp(warp_kernel)
     args, dim, _ = case.make("cuda", torch.Generator().manual_seed(7))
     ours = [a.clone() if isinstance(a, torch.Tensor) and a.is_cuda else a for a in args]
-    theirs = []
-    for var, a in zip(warp_kernel.adj.args, args):
-        if isinstance(a, torch.Tensor) and a.is_cuda:
-            theirs.append(wp.from_torch(a, dtype=var.type.dtype))
-        elif hasattr(var.type, "_shape_"):  # a vector or matrix value
-            theirs.append(var.type(*torch.as_tensor(a).reshape(-1).tolist()))
-        else:
-            theirs.append(a)
+    theirs = [to_warp(wp, var.type, a) for var, a in zip(warp_kernel.adj.args, args)]
     wp.launch(warp_kernel, dim=dim, inputs=theirs, device=f"cuda:{torch.cuda.current_device()}",
               stream=wp.stream_from_torch())  # fmt: skip
     kernel[dim](*ours)

@@ -95,6 +95,21 @@ def make_mixed(device: str, gen: torch.Generator) -> tuple:
     return (x, out, k, u, True), n, {1: expected}
 
 
+def make_with_struct(device: str, gen: torch.Generator) -> tuple:
+    """A ``wp.struct`` argument as a dict of its fields: arrays as tensors, a nested struct as a dict."""
+    n = 1000 + int(torch.randint(0, 100, (1,), generator=gen))
+    x, y = _randn(gen, n, device=device), _randn(gen, n, 3, device=device)
+    s, flag = float(torch.rand((), generator=gen)) + 0.5, bool(torch.randint(0, 2, (1,), generator=gen))
+    v = tuple(float(c) for c in torch.rand(3, generator=gen) + 0.5)
+    count = int(torch.randint(-50, 50, (1,), generator=gen))
+    m = (torch.rand(2, 2, generator=gen) + 0.5).tolist()
+    out = torch.empty(n, device=device)
+    p = {"x": x, "y": y, "s": s, "inner": {"v": v, "n": count}, "flag": flag, "m": m}
+    shifted = y + torch.tensor(v, device=device)
+    expected = s * x + shifted[:, 0] - shifted[:, 1] * shifted[:, 2] + count + m[0][1] - m[1][0] + float(flag)
+    return (p, out), n, {1: expected}
+
+
 CASES = [
     Case("saxpy", make_saxpy),
     Case("scale2d", make_scale2d),
@@ -103,6 +118,7 @@ CASES = [
     Case("index3d", make_index3d, atol=0, rtol=0),
     Case("add4d", make_add4d, atol=0, rtol=0),
     Case("mixed", make_mixed, atol=0, rtol=0),
+    Case("with_struct", make_with_struct, atol=1e-4, rtol=1e-4),
 ]
 
 
@@ -163,6 +179,38 @@ def kernels() -> dict[str, Any]:
         i = wp.tid()
         out[i] = p.a + p.b
 
+    @wp.struct
+    class Inner:
+        v: wp.vec3
+        n: wp.int32
+
+    @wp.struct
+    class Params:
+        x: wp.array(dtype=float)
+        y: wp.array(dtype=wp.vec3)
+        s: float
+        inner: Inner
+        flag: bool
+        m: wp.mat22
+
+    @wp.kernel(module="structs", enable_backward=False)  # (a module of its own: the others' cubins stay)
+    def with_struct(p: Params, out: wp.array(dtype=float)):
+        i = wp.tid()
+        v = p.y[i] + p.inner.v
+        r = p.s * p.x[i] + v[0] - v[1] * v[2] + float(p.inner.n) + p.m[0, 1] - p.m[1, 0]
+        if p.flag:
+            r = r + 1.0
+        out[i] = r
+
+    @wp.struct
+    class Gathered:
+        a: wp.indexedarray(dtype=float)
+
+    @wp.kernel(module="structs", enable_backward=False)
+    def struct_refused(p: Gathered):
+        i = wp.tid()
+        p.a[i] = 1.0
+
     @wp.kernel(module="unique", enable_backward=False)
     def fill(out: wp.array(dtype=float), v: float):
         i = wp.tid()
@@ -189,12 +237,27 @@ def kernels() -> dict[str, Any]:
         out[i] = 1.0
 
     _KERNELS.update(saxpy=saxpy, scale2d=scale2d, cross=cross, matvec=matvec, index3d=index3d, add4d=add4d,
-                    mixed=mixed, takes_struct=takes_struct, fill=fill, tiled=tiled, indexed=indexed,
+                    mixed=mixed, with_struct=with_struct, struct_refused=struct_refused, takes_struct=takes_struct, fill=fill, tiled=tiled, indexed=indexed,
                     generic=generic, lean=lean)  # fmt: skip
     return _KERNELS
 
 
 _KERNELS: dict[str, Any] = {}
+
+
+def to_warp(wp: Any, annotation: Any, value: Any) -> Any:
+    """A case's argument as ``wp.launch`` takes it: a Warp array of a CUDA tensor, a Warp vector or
+    matrix of a sequence, a struct instance of a dict (its fields converted alike)."""
+    if isinstance(value, torch.Tensor) and value.is_cuda:
+        return wp.from_torch(value, dtype=annotation.dtype)
+    if isinstance(value, dict):
+        instance = annotation()
+        for name, var in annotation.vars.items():
+            setattr(instance, name, to_warp(wp, var.type, value[name]))
+        return instance
+    if hasattr(annotation, "_shape_"):  # a vector or matrix value
+        return annotation(*torch.as_tensor(value).reshape(-1).tolist())
+    return value
 
 
 def write_artifacts(folder: Path = ARTIFACTS) -> list[Path]:

@@ -13,12 +13,15 @@ A Warp kernel's entry is ``<name>_cuda_kernel_forward(wp::launch_bounds_t<N> dim
   of vectors or matrices is a tensor whose last one or two dimensions are the element type's,
   compact (what ``wp.from_torch(t, dtype=wp.vec3)`` takes).
 * a vector, matrix, quaternion or transform value is its components by value, row-major.
+* a ``wp.struct`` is its fields at the offsets Warp's ctypes structure gives them (the same C
+  layout the generated code declares): a Warp struct instance's own bytes, or a dict of its
+  fields' values packed by these rules (:func:`convert_struct`).
 
 The compiled executor packs arrays itself (``OP_WARP_ARRAY`` in
 ``launchpad/launch/_claunch/tile.c``); anything it does not take comes to :func:`convert_array`,
 which applies the same rules and words the refusal. This module must not import Warp: a saved
 Warp kernel (:func:`launchpad.load`) launches without it. It registers ``CONVERTERS["warp_array"]``,
-``CONVERTERS["warp_value"]`` and ``CONVERTERS["warp_bounds"]``.
+``CONVERTERS["warp_value"]``, ``CONVERTERS["warp_struct"]`` and ``CONVERTERS["warp_bounds"]``.
 """
 
 from __future__ import annotations
@@ -40,7 +43,8 @@ from ...launch.checks import CONVERTERS, Context, pointer_of
 from ...launch.checks import describe as _describe
 
 __all__ = ["ARRAY_BYTES", "BOUNDS_BYTES", "MAX_BLOCKS", "MAX_DIMS", "MAX_EXTENT", "convert_array", "convert_bounds",
-           "convert_value", "grid_of", "launch_bounds", "pack_array", "pack_bounds", "pack_value"]  # fmt: skip
+           "convert_struct", "convert_value", "grid_of", "launch_bounds", "pack_array", "pack_bounds",
+           "pack_value"]  # fmt: skip
 
 #: ``wp::array_t``: data, grad, shape[4], strides[4] (bytes), ndim, flags, 4 bytes of padding.
 _ARRAY = struct.Struct("<QQ4i4iHH4x")
@@ -224,6 +228,88 @@ convert_value.specialize = lambda **options: functools.partial(convert_value, **
 convert_value.schema = lambda options: "int[]" if not options["word"].startswith(("fp", "bf")) else "float[]"  # type: ignore[attr-defined]
 
 
+# --- wp.struct values ------------------------------------------------------------------------------
+
+
+def convert_struct(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
+    """``CONVERTERS["warp_struct"]``: ``(bytes,)`` of a ``wp.struct`` value.
+
+    ``options``: ``name`` (the struct's Warp name), ``native_name`` (its name in the generated code,
+    with the hash of its fields), ``size`` and ``fields``: per field, its ``name``, ``offset`` and
+    ``kind`` (``array``, with :func:`convert_array`'s options; ``scalar`` or ``value``, with
+    ``word`` and ``shape``; ``struct``, with ``native_name`` and ``fields``). Takes an instance of that
+    very struct (its own bytes, as ``wp.launch`` passes them, once each array in it is found on the
+    launch device), or a dict of every field's value: tensors for arrays, numbers, sequences for
+    vectors and matrices, dicts (or instances) for nested structs, packed as Warp lays them out.
+    """
+    out = bytearray(options["size"])
+    _put_struct(out, 0, value, options, options["name"], device, stream, ctx, arg)
+    return (bytes(out),)
+
+
+def _put_struct(out: bytearray, at: int, value: Any, o: dict, path: str, device: int, stream: int, ctx: Context,
+                arg: Arg) -> None:  # fmt: skip
+    native = getattr(type(value), "native_name", None)
+    if native is not None and hasattr(value, "_ctype"):  # a Warp struct instance (no Warp import: a saved kernel)
+        if native != o["native_name"]:
+            raise ctx.error(arg, f"expected a wp.struct {o['native_name']} for {path}, got a wp.struct {native}",
+                            ArgumentTypeError)  # fmt: skip
+        _check_arrays(value, o["fields"], path, device, ctx, arg)
+        raw = bytes(memoryview(value._ctype).cast("B"))
+        if len(raw) != o["size"]:
+            raise ctx.error(arg, f"{path} is {len(raw)} bytes, the kernel's struct {o['size']}")
+        out[at : at + len(raw)] = raw
+        return
+    if not isinstance(value, dict):
+        raise ctx.error(arg, f"expected a wp.struct {o['native_name']} or a dict of its fields for {path}, got "
+                        f"{_describe(value)}", ArgumentTypeError)  # fmt: skip
+    names = [f["name"] for f in o["fields"]]
+    if set(value) != set(names):
+        missing, extra = [n for n in names if n not in value], sorted(set(map(str, value)) - set(names))
+        raise ctx.error(
+            arg,
+            f"{path} has the fields {names}: "
+            + "; ".join(
+                part for part in (f"missing {missing}" if missing else "", f"no field {extra}" if extra else "") if part
+            ),
+        )
+    for field in o["fields"]:
+        where, item, pos = f"{path}.{field['name']}", value[field["name"]], at + field["offset"]
+        kind = field["kind"]
+        if kind == "struct":
+            _put_struct(out, pos, item, field, where, device, stream, ctx, arg)
+            continue
+        if kind == "array":
+            raw = convert_array(item, device, stream, ctx, arg, **{**field, "type": f"{where}, {field['type']}"})[0]
+        else:  # a scalar, vector or matrix
+            try:
+                parts = [item] if kind == "scalar" else _components(item)
+                if parts is None or len(parts) != math.prod(field["shape"]):
+                    raise TypeError(f"expected {math.prod(field['shape'])} components")
+                integral = not field["word"].startswith(("fp", "bf"))
+                raw = pack_value([operator.index(p) if integral else float(p) for p in parts], field["word"])
+            except (TypeError, ValueError, struct.error, OverflowError) as exc:
+                raise ctx.error(arg, f"cannot pack {_describe(item)} as {where} ({field['type']}): {exc}",
+                                ArgumentTypeError) from None  # fmt: skip
+        out[pos : pos + len(raw)] = raw
+
+
+def _check_arrays(value: Any, fields: list, path: str, device: int, ctx: Context, arg: Arg) -> None:
+    """Refuse a struct instance holding an array that is not on the launch device (Warp's own launch
+    does not look: the kernel would read a host or another GPU's address)."""
+    for field in fields:
+        item, where = getattr(value, field["name"], None), f"{path}.{field['name']}"
+        if field["kind"] == "struct" and item is not None:
+            _check_arrays(item, field["fields"], where, device, ctx, arg)
+        elif field["kind"] == "array" and item is not None:
+            place = getattr(item, "device", None)
+            if not (getattr(place, "is_cuda", False) and getattr(place, "ordinal", -1) == device):
+                raise ctx.error(arg, f"{where} is an array on {place}, not on the launch device cuda:{device}")
+
+
+convert_struct.specialize = lambda **options: functools.partial(convert_struct, **options)  # type: ignore[attr-defined]
+
+
 # --- launch bounds -------------------------------------------------------------------------------
 
 
@@ -252,3 +338,4 @@ convert_bounds.schema = lambda options: "int[]"  # type: ignore[attr-defined]
 CONVERTERS["warp_array"] = convert_array
 CONVERTERS["warp_value"] = convert_value
 CONVERTERS["warp_bounds"] = convert_bounds
+CONVERTERS["warp_struct"] = convert_struct

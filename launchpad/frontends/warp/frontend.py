@@ -7,9 +7,10 @@ compiled so earlier, and describes Warp's calling convention to the launch core:
 first (``CONVERTERS["warp_bounds"]``, filled by ``kernel[dim]``), then per parameter of the Python
 function an array (``CONVERTERS["warp_array"]``: one ``array_t`` struct packed from a tensor in the
 compiled executor), a scalar (one parameter of its type; a Warp ``int`` is 32-bit) or a vector or
-matrix value (``CONVERTERS["warp_value"]``). What launchpad does not pack yet (``wp.struct``,
-indexed and fabric arrays, tile kernels, clusters, lean ``grid_stride=False`` kernels,
-deterministic modules, generic kernels without an overload) is refused by name.
+matrix value (``CONVERTERS["warp_value"]``), or a ``wp.struct`` (``CONVERTERS["warp_struct"]``: its
+fields at Warp's offsets). What launchpad does not pack yet (indexed and fabric arrays, tile
+kernels, clusters, lean ``grid_stride=False`` kernels, deterministic modules, generic kernels
+without an overload) is refused by name.
 
 Warp is imported only here and only when compiling; a saved Warp kernel loads without it.
 """
@@ -20,6 +21,7 @@ import json
 import math
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +160,12 @@ def warp_signature(kernel: Any, name: str) -> tuple[list[str], list[str], list[A
             return LaunchpadError(f"kernel {name!r}, parameter {label!r} ({wt.type_repr(t)}): {why}; launch it with "
                                   "wp.launch")  # fmt: skip
 
-        if wt.type_is_struct(t):  # TODO(launchpad): pack a wp.struct from its fields, as Warp lays them out
-            raise refuse("wp.struct parameters are not packed by launchpad yet")
-        if type(t) is wp.array:
+        if wt.type_is_struct(t):
+            layout = _struct_layout(wp, wt, t, label, refuse)
+            words.append(f"bytes{layout['size']}")
+            args.append(Arg(label, "expand", (position,), params=(index,), converter="warp_struct",
+                            options={**layout, "name": label}))  # fmt: skip
+        elif type(t) is wp.array:
             scalar, element = _element(wt, t.dtype)
             if scalar not in SCALAR_WORDS:
                 raise refuse(f"arrays of {wt.type_repr(t.dtype)} are not packed by launchpad")
@@ -189,6 +194,37 @@ def warp_signature(kernel: Any, name: str) -> tuple[list[str], list[str], list[A
             raise refuse("launchpad packs arrays, scalars, vectors and matrices only")
         labels.append(label)
     return words, labels, args
+
+
+def _struct_layout(wp: Any, wt: Any, t: Any, path: str, refuse: Callable[[str], Exception]) -> dict:
+    """``CONVERTERS["warp_struct"]``'s options for struct type ``t``: its size and, per field, its
+    offset in Warp's ctypes structure (the C layout of the generated code) and how to pack it."""
+    import ctypes
+
+    ctype, fields = t.ctype, []
+    for name, var in t.vars.items():
+        ft, offset, where = var.type, getattr(ctype, name).offset, f"{path}.{name}"
+        if wt.type_is_struct(ft):
+            field = {**_struct_layout(wp, wt, ft, where, refuse), "kind": "struct"}
+        elif type(ft) is wp.array:
+            scalar, element = _element(wt, ft.dtype)
+            if scalar not in SCALAR_WORDS:
+                raise refuse(f"field {where!r} is an array of {wt.type_repr(ft.dtype)}, which launchpad does not pack")
+            word = SCALAR_WORDS[scalar]
+            field = {"kind": "array", "ndim": int(ft.ndim), "dtype": _TORCH[word], "itemsize": _SIZES[word],
+                     "element": list(element), "type": f"a {ft.ndim}-d array of {wt.type_repr(ft.dtype)}"}  # fmt: skip
+        elif _is_composite(wt, ft) or (getattr(ft, "__name__", None) in SCALAR_WORDS and
+                                       (wt.type_is_scalar(ft) or ft is wp.bool)):  # fmt: skip
+            scalar, element = _element(wt, ft)
+            if scalar not in SCALAR_WORDS or (element and SCALAR_WORDS[scalar] == "i1"):
+                raise refuse(f"field {where!r} ({wt.type_repr(ft)}) is of a type launchpad does not pack")
+            field = {"kind": "value" if element else "scalar", "word": SCALAR_WORDS[scalar],
+                     "shape": list(element) or [1], "type": wt.type_repr(ft) if element else scalar}  # fmt: skip
+        else:
+            raise refuse(f"field {where!r} ({wt.type_repr(ft)}) is of a kind launchpad does not pack in a wp.struct "
+                         "(it packs arrays, scalars, vectors, matrices and structs)")  # fmt: skip
+        fields.append({"name": name, "offset": offset, **field})
+    return {"native_name": str(t.native_name), "size": ctypes.sizeof(ctype), "fields": fields}
 
 
 def _is_composite(wt: Any, t: Any) -> bool:
