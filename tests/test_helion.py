@@ -559,6 +559,47 @@ def test_threads_never_trace_or_compile_two_helion_kernels_at_once(env, monkeypa
     assert {(x.data_ptr(), y.data_ptr(), out.data_ptr()) for out, x, y in results.values()} <= launched
 
 
+def test_calls_bound_already_go_on_while_another_thread_compiles(env, monkeypatch):
+    """One thread's compile holds the lock (autotuning may take minutes); another thread's call of a
+    kernel bound already binds and launches meanwhile, and a new key waits for the compile."""
+    from helion.runtime.kernel import BoundKernel
+
+    hot = env.wrap(configured(H.add, block_sizes=[128], num_warps=4, num_stages=1))
+    cold = env.wrap(configured(H.add, block_sizes=[64], num_warps=2, num_stages=1))
+    x, y = torch.randn(512), torch.randn(512)
+    hot(x, y)
+    entered, release, real = threading.Event(), threading.Event(), BoundKernel.ensure_config_exists
+
+    def held(self, *args, **kwargs):
+        entered.set()
+        release.wait(30)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(BoundKernel, "ensure_config_exists", held)
+    compiling = threading.Thread(target=cold, args=(torch.randn(256), torch.randn(256)))
+    compiling.start()
+    outcomes: list[str] = []
+
+    def call(name: str, hk, a, b) -> None:
+        hk(a, b)
+        outcomes.append(name)
+
+    try:
+        assert entered.wait(30)
+        warm = threading.Thread(target=call, args=("warm", hot, x, y))
+        new = threading.Thread(target=call, args=("new", hot, x.double(), y.double()))  # a new key: float64
+        warm.start(), new.start()
+        warm.join(10)
+        assert outcomes == ["warm"]  # launched while the compile holds the lock; the new key waits
+        launched = struct.unpack("<Q", env.fake.last.params[0])[0]
+        assert launched == x.data_ptr()
+    finally:
+        release.set()
+        compiling.join()
+    new.join()
+    assert outcomes == ["warm", "new"]
+
+
 def test_other_launcher_keywords_are_triton_compile_options(env):
     """What a config adds to the generated call (maxnreg, ptx_options of an advanced-controls
     file...) compiles into the kernel, as Helion's launcher passes it to JITFunction.run."""

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from warp_kernels import ARTIFACTS, CASES, kernels
@@ -27,6 +28,22 @@ from launchpad.frontends.warp.versions import check_version
 needs_warp = pytest.mark.skipif(
     importlib.util.find_spec("warp") is None, reason="Warp (PyPI warp-lang) is not installed"
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _warp_cache(tmp_path_factory):
+    """Warp's kernel cache in a folder of the test session's, not the user's ``~/.cache/warp``."""
+    if importlib.util.find_spec("warp") is None:
+        yield
+        return
+    import warp as wp
+
+    wp.config.quiet = True
+    wp.init()  # (which sets kernel_cache_dir: before, a setting would be overwritten)
+    before = wp.config.kernel_cache_dir
+    wp.config.kernel_cache_dir = str(tmp_path_factory.mktemp("warp-cache"))
+    yield
+    wp.config.kernel_cache_dir = before
 
 
 def carried(name: str) -> launchpad.WarpKernel:
@@ -173,6 +190,38 @@ def test_modules_compile_once_into_warps_kernel_cache(tmp_path, monkeypatch):
 
 
 @needs_warp
+@pytest.mark.parametrize("why", ["strip_hash", "cache_kernels", "read-only"])
+def test_modules_compiled_apart_where_the_cache_cannot_be_trusted_or_written(why, tmp_path, monkeypatch):
+    """A module whose names carry no hash (strip_hash: a cached file of its name may hold an older
+    source's cubin), Warp's cache switched off, or a cache folder launchpad cannot write: compiled
+    in a folder of its own on every call, the cache untouched."""
+    import warp as wp
+    from warp._src.context import Module
+
+    from launchpad.frontends.warp import frontend
+
+    monkeypatch.setattr(wp.config, "kernel_cache_dir", str(tmp_path))
+    kernel = kernels()["saxpy"]
+    if why == "strip_hash":
+        monkeypatch.setitem(kernel.module.options, "strip_hash", True)
+    elif why == "cache_kernels":
+        monkeypatch.setattr(wp.config, "cache_kernels", False)
+    else:
+        monkeypatch.setattr(frontend.os, "access", lambda path, mode: False)  # (root may write anywhere)
+    real, codegen = Module._run_codegen, []
+
+    def counted(self, *args, **kwargs):
+        codegen.append(self.name)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Module, "_run_codegen", counted)
+    first = launchpad.from_warp(kernel, arch=90)
+    again = launchpad.from_warp(kernel, arch=90)
+    assert len(codegen) == 2 and list(tmp_path.iterdir()) == []
+    assert first.spec.image == again.spec.image and first.name == again.name
+
+
+@needs_warp
 def test_parameter_kinds_not_packed_are_refused_by_name():
     with pytest.raises(LaunchpadError, match=r"kernel 'struct_refused', parameter 'p' .*field 'p.a' \(indexedarray"):
         launchpad.from_warp(kernels()["struct_refused"], arch=90)
@@ -270,6 +319,7 @@ def test_struct_bytes_from_a_dict(fake_gpu):
     gen = torch.Generator().manual_seed(11)
     for _ in range(3):
         (p, out), n, _ = CASES[-1].make("cpu", gen)
+        p["flag"] = np.bool_(p["flag"])  # (numpy's bool, as a bool parameter takes it)
         k[n](p, out)
         inner = p["inner"]
         want = struct_bytes(p["x"], p["y"], p["s"], inner["v"], inner["n"], p["flag"], p["m"])

@@ -186,7 +186,7 @@ def kernels() -> dict[str, Any]:
 
     @wp.struct
     class Params:
-        x: wp.array(dtype=float)
+        x: wp.array[float]  # (the subscript form of wp.array(dtype=float))
         y: wp.array(dtype=wp.vec3)
         s: float
         inner: Inner

@@ -53,6 +53,10 @@ _HELION_LOCK = threading.RLock()
 _compiling = torch.compiler.is_compiling
 
 
+def _dist_initialized() -> bool:
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
 class _ByExtras:
     """The host functions of one base key whose kernel calls ``hl.specialize``: one per value of
     Helion's extractors (``Kernel._specialize_extra``) for that key."""
@@ -152,9 +156,36 @@ class HelionKernel:
 
     def _bind(self, args: tuple) -> Any:
         """Helion's ``Kernel.bind``: a cache lookup, or on a new key a trace of the kernel, which
-        must not run beside another thread's (``_HELION_LOCK``)."""
+        must not run beside another thread's tracing or code generation (``_HELION_LOCK``). While
+        another thread holds the lock (autotuning may take minutes), a key Helion has bound already
+        binds at once: it traces nothing."""
+        if _HELION_LOCK.acquire(blocking=False):
+            try:
+                return self.kernel.bind(args)
+            finally:
+                _HELION_LOCK.release()
+        bound = self._bound_already(args)
+        if bound is not None:
+            return bound
         with _HELION_LOCK:
             return self.kernel.bind(args)
+
+    def _bound_already(self, args: tuple) -> Any | None:
+        """``Kernel.bind(args)`` where Helion's table holds the bound kernel already (the lookup
+        ``Kernel._bind`` makes first, and the bind itself, both under Helion's own lock, so no
+        ``reset`` comes between them), else None: a new key, or a Helion whose internals differ."""
+        kernel = self.kernel
+        try:
+            with kernel._bind_lock:
+                checked = kernel._validate_bind_args(args)
+                distributed = kernel._compute_is_distributed(checked, dist_initialized=_dist_initialized())
+                signature = kernel._base_specialization_key(checked, is_distributed=distributed)
+                key = kernel._get_bound_kernel_cache_key(checked, signature)
+                if key is None or kernel._bound_kernels.get(key) is None:
+                    return None
+                return kernel._bind(args)  # a hit: Helion's own bind, which finds it (the lock still held)
+        except (AttributeError, TypeError):  # (another Helion's internals: wait for the lock instead)
+            return None
 
     def _refusal(self, args: tuple, exc: TypeError) -> ArgumentTypeError:
         """``exc`` (Helion's TypeError for these arguments) as launchpad's error: the kernel named,

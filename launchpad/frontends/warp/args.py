@@ -287,11 +287,19 @@ def _put_struct(out: bytearray, at: int, value: Any, o: dict, path: str, device:
                 if parts is None or len(parts) != math.prod(field["shape"]):
                     raise TypeError(f"expected {math.prod(field['shape'])} components")
                 integral = not field["word"].startswith(("fp", "bf"))
-                raw = pack_value([operator.index(p) if integral else float(p) for p in parts], field["word"])
+                cast = _as_bool if field["word"] == "i1" else operator.index if integral else float
+                raw = pack_value([cast(p) for p in parts], field["word"])
             except (TypeError, ValueError, struct.error, OverflowError) as exc:
                 raise ctx.error(arg, f"cannot pack {_describe(item)} as {where} ({field['type']}): {exc}",
                                 ArgumentTypeError) from None  # fmt: skip
         out[pos : pos + len(raw)] = raw
+
+
+def _as_bool(value: Any) -> bool:
+    """A bool field's value: a bool (numpy's too), a Warp ``wp.bool`` (its ``value``), or an integer."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return bool(operator.index(getattr(value, "value", value)))
 
 
 def _check_arrays(value: Any, fields: list, path: str, device: int, ctx: Context, arg: Arg) -> None:

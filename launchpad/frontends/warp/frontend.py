@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -206,7 +207,7 @@ def _struct_layout(wp: Any, wt: Any, t: Any, path: str, refuse: Callable[[str], 
         ft, offset, where = var.type, getattr(ctype, name).offset, f"{path}.{name}"
         if wt.type_is_struct(ft):
             field = {**_struct_layout(wp, wt, ft, where, refuse), "kind": "struct"}
-        elif type(ft) is wp.array:
+        elif _plain_array(wp, ft):
             scalar, element = _element(wt, ft.dtype)
             if scalar not in SCALAR_WORDS:
                 raise refuse(f"field {where!r} is an array of {wt.type_repr(ft.dtype)}, which launchpad does not pack")
@@ -227,6 +228,15 @@ def _struct_layout(wp: Any, wt: Any, t: Any, path: str, refuse: Callable[[str], 
     return {"native_name": str(t.native_name), "size": ctypes.sizeof(ctype), "fields": fields}
 
 
+def _plain_array(wp: Any, t: Any) -> bool:
+    """Whether an annotation is a plain ``wp.array`` (``wp.array(dtype=...)`` or ``wp.array[...]``)."""
+    try:
+        from warp._src.codegen import matches_array_class
+    except ImportError:  # (a Warp without it: the call form alone)
+        return type(t) is wp.array
+    return bool(matches_array_class(t, wp.array))
+
+
 def _is_composite(wt: Any, t: Any) -> bool:
     return any(f(t) for f in (wt.type_is_vector, wt.type_is_matrix, wt.type_is_quaternion, wt.type_is_transformation))
 
@@ -243,15 +253,32 @@ def _compile(wp: Any, kernel: Any, name: str, arch: str) -> tuple[bytes, dict, s
     in Warp's own kernel cache (``wp.config.kernel_cache_dir``, ``WARP_CACHE_PATH``): Warp names
     each module's folder and files by the module's hash, and compiles nothing where the cubin and
     its ``.meta`` are there already, so a module compiled once (by ``from_warp``, or by ``wp.launch``
-    on a GPU of this architecture) is read back in a later process, not compiled again. A cached
-    module without its source (what :func:`_refuse_compiled` reads) is compiled again, apart."""
+    on a GPU of this architecture) is read back in a later process, not compiled again.
+
+    Compiled apart, in a temporary folder, each time: a module whose names carry no hash
+    (``strip_hash``: a cached file of its name may be an older source's), Warp's cache switched
+    off (``wp.config.cache_kernels``) or not writable, and a cached module missing its source
+    (what :func:`_refuse_compiled` reads)."""
     number = int(re.sub(r"\D", "", arch.removeprefix("sm_")))
     wp.init()  # (sets wp.config.kernel_cache_dir, None before; at once where Warp is initialized already)
-    cubin = _compile_into(wp, kernel, name, arch, number, None)
-    if not _beside(cubin, number, ".cu").is_file():
-        with tempfile.TemporaryDirectory(prefix="launchpad-warp-") as folder:
-            return _read(_compile_into(wp, kernel, name, arch, number, folder), number)
-    return _read(cubin, number)
+    cache = wp.config.kernel_cache_dir
+    if wp.config.cache_kernels and not kernel.module.options.get("strip_hash") and cache and _writable(cache):
+        cubin = _compile_into(wp, kernel, name, arch, number, None)
+        if _beside(cubin, ".cu").is_file():
+            return _read(cubin)
+    with tempfile.TemporaryDirectory(prefix="launchpad-warp-") as folder:
+        return _read(_compile_into(wp, kernel, name, arch, number, folder))
+
+
+def _writable(folder: str) -> bool:
+    """Whether Warp can build in its cache: its build folders are made beside the modules' own."""
+    path = Path(folder)
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return os.access(path, os.W_OK | os.X_OK)
+
+
+_CUBIN = re.compile(r"\.sm\d+[af]?\.cubin$")  # wp_<module>_<hash>.sm90.cubin (sm90a, sm100f: arch suffixes)
 
 
 def _compile_into(wp: Any, kernel: Any, name: str, arch: str, number: int, folder: str | None) -> Path:
@@ -262,20 +289,20 @@ def _compile_into(wp: Any, kernel: Any, name: str, arch: str, number: int, folde
         raise CompileError(f"Warp could not compile kernel {name!r} for {arch}: {type(exc).__name__}",
                            str(exc).strip()) from exc  # fmt: skip
     cubin = Path(paths[-1]) if paths else None  # (one path per device, then one per arch: ours, the last)
-    if cubin is None or not cubin.name.endswith(f".sm{number}.cubin") or not cubin.is_file():
+    if cubin is None or not _CUBIN.search(cubin.name) or f".sm{number}" not in cubin.name or not cubin.is_file():
         raise CompileError(f"Warp compiled kernel {name!r} for {arch} but wrote no cubin where it says",
                            str(cubin))  # fmt: skip
     return cubin
 
 
-def _beside(cubin: Path, number: int, suffix: str) -> Path:
+def _beside(cubin: Path, suffix: str) -> Path:
     """The module's file of ``suffix`` beside its cubin: ``wp_<module>_<hash>.sm90.cubin`` -> ``.cu``."""
-    return cubin.with_name(cubin.name.removesuffix(f".sm{number}.cubin") + suffix)
+    return cubin.with_name(_CUBIN.sub("", cubin.name) + suffix)
 
 
-def _read(cubin: Path, number: int) -> tuple[bytes, dict, str]:
+def _read(cubin: Path) -> tuple[bytes, dict, str]:
     """A Warp cubin's bytes, and its module's ``.meta`` (``{}`` where absent) and ``.cu`` source."""
-    meta_path, source_path = _beside(cubin, number, ".meta"), _beside(cubin, number, ".cu")
+    meta_path, source_path = _beside(cubin, ".meta"), _beside(cubin, ".cu")
     meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
     source = source_path.read_text() if source_path.exists() else ""
     return cubin.read_bytes(), meta, source
