@@ -46,6 +46,9 @@ def _warp_cache(tmp_path_factory):
     wp.config.kernel_cache_dir = before
 
 
+STRUCT_CASE = next(case for case in CASES if case.name == "with_struct")
+
+
 def carried(name: str) -> launchpad.WarpKernel:
     kernel = launchpad.load(ARTIFACTS / f"{name}.json")
     assert isinstance(kernel, launchpad.WarpKernel)
@@ -183,10 +186,8 @@ def test_modules_compile_once_into_warps_kernel_cache(tmp_path, monkeypatch):
     assert len(codegen) == 2 and rebuilt.spec.image == first.spec.image
     assert not source.exists() and list(tmp_path.glob("*/*.sm90.cubin")) == cubins  # (apart: in a temp dir)
 
-    with pytest.raises(LaunchpadError, match=r"kernel 'tiled' uses tiles"):  # the refusal holds on a cache hit
-        launchpad.from_warp(kernels()["tiled"], arch=90)
-    with pytest.raises(LaunchpadError, match=r"kernel 'tiled' uses tiles"):
-        launchpad.from_warp(kernels()["tiled"], arch=90)
+    tiled = [launchpad.from_warp(kernels()["tile_rowsum"], arch=90) for _ in range(2)]  # compiled, then read back
+    assert [(k.tiled, k.spec.plan.shared_mem) for k in tiled] == [(True, 1024)] * 2  # (its .cu and .meta: cached)
 
 
 @needs_warp
@@ -226,8 +227,6 @@ def test_parameter_kinds_not_packed_are_refused_by_name():
     with pytest.raises(LaunchpadError, match=r"kernel 'struct_refused', parameter 'p' .*field 'p.a' \(indexedarray"):
         launchpad.from_warp(kernels()["struct_refused"], arch=90)
 
-    with pytest.raises(LaunchpadError, match=r"kernel 'tiled' uses tiles .*launch it with wp.launch_tiled"):
-        launchpad.from_warp(kernels()["tiled"], arch=90)
     with pytest.raises(LaunchpadError, match=r"kernel 'indexed', parameter 'a' .*indexedarray parameters"):
         launchpad.from_warp(kernels()["indexed"], arch=90)
     with pytest.raises(LaunchpadError, match=r"kernel 'lean' is a lean kernel \(grid_stride=False\)"):
@@ -318,7 +317,7 @@ def test_struct_bytes_from_a_dict(fake_gpu):
     k = fake_gpu.install(carried("with_struct"))
     gen = torch.Generator().manual_seed(11)
     for _ in range(3):
-        (p, out), n, _ = CASES[-1].make("cpu", gen)
+        (p, out), n, _ = STRUCT_CASE.make("cpu", gen)
         p["flag"] = np.bool_(p["flag"])  # (numpy's bool, as a bool parameter takes it)
         k[n](p, out)
         inner = p["inner"]
@@ -335,7 +334,7 @@ def test_struct_bytes_equal_warps(fake_gpu):
 
     kernel = kernels()["with_struct"]
     k = fake_gpu.install(launchpad.from_warp(kernel, arch=90))
-    (p, out), n, _ = CASES[-1].make("cpu", torch.Generator().manual_seed(12))
+    (p, out), n, _ = STRUCT_CASE.make("cpu", torch.Generator().manual_seed(12))
     params = kernel.adj.args[0].type
     instance = params()
     instance.x, instance.y = wp.from_torch(p["x"]), wp.from_torch(p["y"], dtype=wp.vec3)
@@ -355,7 +354,7 @@ def test_struct_bytes_equal_warps(fake_gpu):
 
 def test_struct_arguments_refused_by_field(fake_gpu):
     k = fake_gpu.install(carried("with_struct"))
-    (p, out), n, _ = CASES[-1].make("cpu", torch.Generator().manual_seed(13))
+    (p, out), n, _ = STRUCT_CASE.make("cpu", torch.Generator().manual_seed(13))
     with pytest.raises(ArgumentError, match=r"argument 1 \('p'\): p has the fields .*: missing \['flag'\]; no field "
                        r"\['flg'\]"):  # fmt: skip
         k[n]({**{f: v for f, v in p.items() if f != "flag"}, "flg": True}, out)
@@ -376,6 +375,48 @@ def test_struct_arguments_refused_by_field(fake_gpu):
     with pytest.raises(ArgumentTypeError, match=r"expected a wp.struct .* or a dict of its fields for p, got"):
         k[n]((1, 2), out)
     assert not fake_gpu.launches
+
+
+def test_tile_kernels_launch_as_launch_tiled(fake_gpu):
+    """A tile kernel's k[dim] is wp.launch_tiled(kernel, dim, block_dim): the block's threads appended
+    to dim (folded into coord_mult past the kernel's wp.tid()), one block per tile, the dynamic shared
+    memory of Warp's .meta (8x32 float32 in shared storage: 1024 bytes)."""
+    k = fake_gpu.install(carried("tile_rowsum"))
+    assert k.tiled and k.block_dim == 256 and k.spec.plan.shared_mem == 1024
+    a, sums = torch.randn(40 * 8, 32), torch.empty(40)
+    k[40](a, sums)
+    launch = fake_gpu.last
+    assert (launch.grid, launch.block, launch.shared_mem) == ((40, 1, 1), (256, 1, 1), 1024)
+    assert launch.params == [bounds((40,), 40 * 256, 256), array_t(a), array_t(sums)]
+    k[(40,)](a, sums)
+    assert fake_gpu.last.params == launch.params
+    with pytest.raises(ArgumentError, match=r"kernel 'tile_rowsum' is a tile kernel: dim must have 1-3 dimensions "
+                       r"\(wp.launch_tiled appends block_dim 256\)"):  # fmt: skip
+        k[(2, 2, 2, 2)]
+
+
+@needs_warp
+def test_tile_kernels_bounds_equal_warps_and_cubins_need_their_meta(tmp_path):
+    """The bounds are those wp.launch_tiled builds; a tile kernel from a cubin takes its shared memory
+    from the .meta beside it, and without one is refused (a launch without it reads past its storage)."""
+    import warp as wp
+    from warp._src.context import _build_launch_bounds_from_tuple
+
+    kernel = kernels()["tile_rowsum"]
+    k = launchpad.from_warp(kernel, arch=90)
+    for dim in (7, (3, 5), (2, 3, 4)):
+        extents = (dim,) if isinstance(dim, int) else dim
+        theirs = _build_launch_bounds_from_tuple((*extents, 256), 1)
+        assert k.bounds(dim) == (math.prod(extents), bytes(theirs))
+    assert k.spec.plan.shared_mem == kernel.adj.get_total_required_shared() == 1024
+    paths = wp.compile_aot_module(kernel.module, arch=90, module_dir=str(tmp_path), use_ptx=False)
+    from_file = launchpad.from_warp(kernel, cubin=paths[-1])
+    assert from_file.tiled and from_file.spec.plan.shared_mem == 1024 and from_file.spec.image == k.spec.image
+    with pytest.raises(LaunchpadError, match=r"kernel 'tile_rowsum' uses tiles, whose shared memory Warp writes in "
+                       r"the module's .meta file: pass the cubin's path with its .meta beside it"):  # fmt: skip
+        launchpad.from_warp(kernel, cubin=k.spec.image)
+    plain = launchpad.from_warp(kernels()["saxpy"], cubin=carried("saxpy").spec.image)  # no tiles: no .meta needed
+    assert not plain.tiled and plain.spec.plan.shared_mem == 0
 
 
 def test_wrong_arguments_refused_before_launch(fake_gpu):

@@ -110,6 +110,34 @@ def test_recorded_step_replays_bit_for_bit():
         assert torch.equal(got, want)
 
 
+def test_recorded_step_with_a_struct_and_a_tile_kernel_replays_bit_for_bit():
+    """The step's inputs reach one kernel inside a wp.struct (array_t words inside its bytes) and a tile
+    kernel (launch_tiled's bounds, dynamic shared memory): 20 replays on new inputs, against eager."""
+    with_struct, rowsum = carried("with_struct"), carried("tile_rowsum")
+    n, tiles = 4096, 64
+
+    def step(x, y, a):
+        out = torch.empty(n, device="cuda")
+        p = {"x": x, "y": y, "s": 1.25, "inner": {"v": (0.5, 1.5, -2.0), "n": 3}, "flag": True, "m": [[1, 2], [3, 4]]}
+        with_struct[n](p, out)
+        sums = torch.empty(tiles, device="cuda")
+        rowsum[tiles](a * 2.0, sums)
+        return out + 1.0, sums
+
+    gen = torch.Generator(device="cuda").manual_seed(6)
+
+    def inputs():
+        x, y = torch.randn(n, device="cuda", generator=gen), torch.randn(n, 3, device="cuda", generator=gen)
+        return x, y, torch.randn(tiles * 8, 32, device="cuda", generator=gen)
+
+    seq = launchpad.record(step, *inputs())
+    for _ in range(20):
+        x, y, a = inputs()
+        got, want = seq(x, y, a), step(x, y, a)
+        torch.cuda.synchronize()
+        assert all(torch.equal(g, w) for g, w in zip(got, want))
+
+
 def test_torch_compile_fullgraph():
     saxpy, cross = carried("saxpy"), carried("cross")
     n = 1000
@@ -142,8 +170,11 @@ def test_bits_equal_wp_launch(case):
     args, dim, _ = case.make("cuda", torch.Generator().manual_seed(7))
     ours = [a.clone() if isinstance(a, torch.Tensor) and a.is_cuda else a for a in args]
     theirs = [to_warp(wp, var.type, a) for var, a in zip(warp_kernel.adj.args, args)]
-    wp.launch(warp_kernel, dim=dim, inputs=theirs, device=f"cuda:{torch.cuda.current_device()}",
-              stream=wp.stream_from_torch())  # fmt: skip
+    where = {"device": f"cuda:{torch.cuda.current_device()}", "stream": wp.stream_from_torch()}
+    if kernel.tiled:  # a tile kernel: its dim is launch_tiled's
+        wp.launch_tiled(warp_kernel, dim=dim, inputs=theirs, block_dim=kernel.block_dim, **where)
+    else:
+        wp.launch(warp_kernel, dim=dim, inputs=theirs, **where)
     kernel[dim](*ours)
     torch.cuda.synchronize()
     for a, b in zip(args, ours):

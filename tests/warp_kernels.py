@@ -110,6 +110,13 @@ def make_with_struct(device: str, gen: torch.Generator) -> tuple:
     return (p, out), n, {1: expected}
 
 
+def make_tile_rowsum(device: str, gen: torch.Generator) -> tuple:
+    """A tile kernel, launched as wp.launch_tiled: one block of the module's 256 threads per 8x32 tile."""
+    tiles = 50 + int(torch.randint(0, 20, (1,), generator=gen))
+    a, sums = _randn(gen, tiles * 8, 32, device=device), torch.empty(tiles, device=device)
+    return (a, sums), tiles, {1: a.view(tiles, 8 * 32).sum(dim=1)}
+
+
 CASES = [
     Case("saxpy", make_saxpy),
     Case("scale2d", make_scale2d),
@@ -119,6 +126,7 @@ CASES = [
     Case("add4d", make_add4d, atol=0, rtol=0),
     Case("mixed", make_mixed, atol=0, rtol=0),
     Case("with_struct", make_with_struct, atol=1e-4, rtol=1e-4),
+    Case("tile_rowsum", make_tile_rowsum, atol=1e-4, rtol=1e-5),
 ]
 
 
@@ -211,6 +219,12 @@ def kernels() -> dict[str, Any]:
         i = wp.tid()
         p.a[i] = 1.0
 
+    @wp.kernel(module="tiles", enable_backward=False)  # (a module of its own: the others' cubins stay)
+    def tile_rowsum(a: wp.array2d(dtype=float), sums: wp.array(dtype=float)):
+        i = wp.tid()
+        t = wp.tile_load(a, shape=(8, 32), offset=(i * 8, 0), storage="shared")  # (dynamic shared memory)
+        wp.tile_store(sums, wp.tile_sum(t), offset=(i,))
+
     @wp.kernel(module="unique", enable_backward=False)
     def fill(out: wp.array(dtype=float), v: float):
         i = wp.tid()
@@ -237,7 +251,7 @@ def kernels() -> dict[str, Any]:
         out[i] = 1.0
 
     _KERNELS.update(saxpy=saxpy, scale2d=scale2d, cross=cross, matvec=matvec, index3d=index3d, add4d=add4d,
-                    mixed=mixed, with_struct=with_struct, struct_refused=struct_refused, takes_struct=takes_struct, fill=fill, tiled=tiled, indexed=indexed,
+                    mixed=mixed, with_struct=with_struct, tile_rowsum=tile_rowsum, struct_refused=struct_refused, takes_struct=takes_struct, fill=fill, tiled=tiled, indexed=indexed,
                     generic=generic, lean=lean)  # fmt: skip
     return _KERNELS
 

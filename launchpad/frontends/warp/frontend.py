@@ -8,9 +8,10 @@ first (``CONVERTERS["warp_bounds"]``, filled by ``kernel[dim]``), then per param
 function an array (``CONVERTERS["warp_array"]``: one ``array_t`` struct packed from a tensor in the
 compiled executor), a scalar (one parameter of its type; a Warp ``int`` is 32-bit) or a vector or
 matrix value (``CONVERTERS["warp_value"]``), or a ``wp.struct`` (``CONVERTERS["warp_struct"]``: its
-fields at Warp's offsets). What launchpad does not pack yet (indexed and fabric arrays, tile
-kernels, clusters, lean ``grid_stride=False`` kernels, deterministic modules, generic kernels
-without an overload) is refused by name.
+fields at Warp's offsets). A tile kernel launches as ``wp.launch_tiled`` launches it: the module's
+``block_dim`` appended to every launch's dimensions, the dynamic shared memory of Warp's ``.meta``.
+What launchpad does not pack yet (indexed and fabric arrays, clusters, lean ``grid_stride=False``
+kernels, deterministic modules, generic kernels without an overload) is refused by name.
 
 Warp is imported only here and only when compiling; a saved Warp kernel loads without it.
 """
@@ -92,19 +93,20 @@ def from_warp(kernel: Any, *, arch: str | int | tuple[int, int] | None = None,
         target = toolchain.resolve_arch(arch, kernel=name)
         image, meta, source = _compile(wp, kernel, name, target)
         entry = f"{kernel.get_mangled_name()}_cuda_kernel_forward"
-        _refuse_compiled(name, entry, meta, source)
+        tiled, shared = _tiles(entry, meta, source)
     else:
         kernel.module.get_module_hash(block_dim)  # the hash Warp's names carry (unless strip_hash)
         entry = f"{kernel.get_mangled_name()}_cuda_kernel_forward"
         image, kind = read_image(cubin)
         if kind != "cubin":
             raise BinaryError(f"kernel {name!r}: expected a cubin compiled by Warp, got a {kind}")
+        tiled, shared = _tiles_of_cubin(wp, kernel, name, entry, cubin)
     if getattr(kernel, "grid_stride", True) is False:  # resolved when the module is hashed (above)
         raise LaunchpadError(f"kernel {name!r} is a lean kernel (grid_stride=False), launched on a 3-D grid; launchpad "
                              "launches grid-stride kernels; launch it with wp.launch")  # fmt: skip
     words, labels, args = warp_signature(kernel, name)
     spec = warp_spec(image, entry, name, words, labels, args, kernel_dim=int(kernel.adj.kernel_dim),
-                     block_dim=block_dim, version=str(wp.__version__))  # fmt: skip
+                     block_dim=block_dim, version=str(wp.__version__), tiled=tiled, shared_mem=shared)  # fmt: skip
     return WarpKernel(spec)
 
 
@@ -308,30 +310,64 @@ def _read(cubin: Path) -> tuple[bytes, dict, str]:
     return cubin.read_bytes(), meta, source
 
 
-def _refuse_compiled(name: str, entry: str, meta: dict, source: str) -> None:
-    """Refuse what only the compiled module tells: a tile kernel (shared memory, ``WP_TILE_BLOCK_DIM``)."""
-    smem = int(meta.get(f"{entry}_smem_bytes", 0) or 0)
+def _tiles(entry: str, meta: dict, source: str) -> tuple[bool, int]:
+    """Whether the compiled entry is a tile kernel, and its dynamic shared memory (Warp's ``.meta``:
+    what ``wp.launch`` passes): a tile kernel sets up tile storage, and its block is the module's
+    ``block_dim`` (``WP_TILE_BLOCK_DIM``), appended to each launch's dimensions as
+    ``wp.launch_tiled`` appends it."""
+    shared = int(meta.get(f"{entry}_smem_bytes", 0) or 0)
     body = source.split(f"{entry}(", 1)[-1].split('extern "C"', 1)[0] if source else ""
-    if smem or re.search(r"wp::tile(?!_shared_storage_t)", body):  # every kernel sets up tile storage
-        raise LaunchpadError(f"kernel {name!r} uses tiles (wp.launch_tiled's block_dim and shared memory), which "
-                             "launchpad does not launch yet; launch it with wp.launch_tiled")  # fmt: skip
+    return bool(shared or re.search(r"wp::tile(?!_shared_storage_t)", body)), shared  # (every kernel declares storage)
+
+
+_TILE_CALL = re.compile(r"\btile(_\w+)?\s*\(")  # wp.tile(...), wp.tile_load(...), tile_matmul(...)...
+
+
+def _tiles_of_cubin(wp: Any, kernel: Any, name: str, entry: str, cubin: bytes | str | Path) -> tuple[bool, int]:
+    """:func:`_tiles` of a cubin compiled earlier, from the ``.meta`` Warp wrote beside it; without
+    one, a kernel whose source (or a ``@wp.func`` it calls) uses tiles is refused: its shared
+    memory is known from the ``.meta`` alone, and a launch without it would read past its storage."""
+    if isinstance(cubin, (str, Path)) and _beside(Path(cubin), ".meta").is_file():
+        meta_path, source_path = _beside(Path(cubin), ".meta"), _beside(Path(cubin), ".cu")
+        source = source_path.read_text() if source_path.is_file() else ""
+        tiled, shared = _tiles(entry, json.loads(meta_path.read_text()), source)
+        return tiled or _uses_tiles(kernel.adj, set()), shared
+    if _uses_tiles(kernel.adj, set()):
+        raise LaunchpadError(f"kernel {name!r} uses tiles, whose shared memory Warp writes in the module's .meta "
+                             "file: pass the cubin's path with its .meta beside it (as wp.compile_aot_module "
+                             "writes them), or let from_warp compile the kernel")  # fmt: skip
+    return False, 0
+
+
+def _uses_tiles(adj: Any, seen: set) -> bool:
+    """Whether a kernel's or function's Python source, or that of a user function it calls, calls a tile builtin."""
+    if id(adj) in seen:
+        return False
+    seen.add(id(adj))
+    if _TILE_CALL.search(getattr(adj, "source", "") or ""):
+        return True
+    functions = adj.get_references()[2]
+    return any(getattr(f, "adj", None) is not None and _uses_tiles(f.adj, seen) for f in functions)
 
 
 def warp_spec(image: bytes, entry: str, name: str, words: list[str], labels: list[str], args: list[Arg], *,
-              kernel_dim: int, block_dim: int, version: str) -> KernelSpec:  # fmt: skip
-    """The finished spec of a Warp kernel's forward entry in a cubin (see :func:`from_warp`)."""
+              kernel_dim: int, block_dim: int, version: str, tiled: bool = False,
+              shared_mem: int = 0) -> KernelSpec:  # fmt: skip
+    """The finished spec of a Warp kernel's forward entry in a cubin (see :func:`from_warp`): a tile
+    kernel's (``tiled``) dynamic shared memory in its plan, every launch of it ``wp.launch_tiled``'s."""
     check_version(version)
     spec = spec_from_image(image, "cubin", entry, signature=words, display_name=name)
     params = tuple(p.__class__(**{**p.to_json(), "name": labels[p.index]}) for p in spec.params)
     return spec.replace(
         params=params,
         args=tuple(args),
-        plan=LaunchPlan(block=(block_dim, 1, 1)),
+        plan=LaunchPlan(block=(block_dim, 1, 1), shared_mem=shared_mem),
         metadata={
             "frontend": "warp",
             "warp_version": version,
             "kernel_dim": kernel_dim,
             "block_dim": block_dim,
+            **({"tiled": True} if tiled else {}),
             "arch": cubin_arch(image) or "",
         },
     )

@@ -2,7 +2,8 @@
 
 A Warp launch is given its threads (``dim``, 1-4 extents), not its grid: the kernel's first
 parameter is ``launch_bounds_t<N>``, and the grid is ``min(ceil(size / block), max_blocks)`` blocks
-of the module's ``block_dim`` (:mod:`.args`). ``kernel[dim]`` computes both once per ``dim`` (the
+of the module's ``block_dim`` (:mod:`.args`). A tile kernel's ``dim`` is ``wp.launch_tiled``'s: the
+block's threads are appended to it as its last dimension. ``kernel[dim]`` computes both once per ``dim`` (the
 Kernel's cache of configurations keeps them) and returns the compiled executor's configured launch
 with the bounds bound before the arguments: per launch nothing is computed that ``dim`` fixes.
 
@@ -40,6 +41,7 @@ class WarpKernel(Kernel):
         # plain attributes: under torch.compile each attribute read is a guard (a property's a call)
         self.kernel_dim = int(spec.metadata["kernel_dim"])
         self.block_dim = spec.plan.block[0] if spec.plan.block is not None else 256
+        self.tiled = bool(spec.metadata.get("tiled"))  # launched as wp.launch_tiled: block_dim appended to dim
 
     def _words(self, dim: Any, max_blocks: Any = 0) -> tuple[int, list[int]]:
         """The grid and ``launch_bounds_t``'s words ``[*shape, size, coord_mult]`` of a launch of
@@ -51,6 +53,11 @@ class WarpKernel(Kernel):
         except TypeError:
             raise ArgumentTypeError(f"kernel {name!r}: dim must be an int or a tuple of 1-{MAX_DIMS} ints (the "
                                     f"threads, as wp.launch takes them), got {dim!r}") from None  # fmt: skip
+        if self.tiled:  # wp.launch_tiled: the block's threads are the launch's last dimension
+            if not 1 <= len(extents) < MAX_DIMS:
+                raise ArgumentError(f"kernel {name!r} is a tile kernel: dim must have 1-{MAX_DIMS - 1} dimensions "
+                                    f"(wp.launch_tiled appends block_dim {self.block_dim}), got {dim!r}")  # fmt: skip
+            extents.append(self.block_dim)
         if not 1 <= len(extents) <= MAX_DIMS:
             raise ArgumentError(f"kernel {name!r}: dim must have 1-{MAX_DIMS} dimensions (Warp's LAUNCH_MAX_DIMS), "
                                 f"got {dim!r}")  # fmt: skip
