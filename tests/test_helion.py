@@ -561,43 +561,52 @@ def test_threads_never_trace_or_compile_two_helion_kernels_at_once(env, monkeypa
 
 def test_calls_bound_already_go_on_while_another_thread_compiles(env, monkeypatch):
     """One thread's compile holds the lock (autotuning may take minutes); another thread's call of a
-    kernel bound already binds and launches meanwhile, and a new key waits for the compile."""
+    kernel bound already binds and launches meanwhile, and a new key waits: Helion traces it (a new
+    bound kernel) only under launchpad's lock, after the compile."""
     from helion.runtime.kernel import BoundKernel
+
+    from launchpad.frontends.helion import frontend
 
     hot = env.wrap(configured(H.add, block_sizes=[128], num_warps=4, num_stages=1))
     cold = env.wrap(configured(H.add, block_sizes=[64], num_warps=2, num_stages=1))
     x, y = torch.randn(512), torch.randn(512)
     hot(x, y)
     entered, release, real = threading.Event(), threading.Event(), BoundKernel.ensure_config_exists
+    real_init, traced_unlocked = BoundKernel.__init__, []
 
     def held(self, *args, **kwargs):
         entered.set()
         release.wait(30)
         return real(self, *args, **kwargs)
 
+    def init(self, *args, **kwargs):
+        traced_unlocked.append(not frontend._HELION_LOCK._is_owned())
+        return real_init(self, *args, **kwargs)
+
     monkeypatch.setattr(BoundKernel, "ensure_config_exists", held)
-    compiling = threading.Thread(target=cold, args=(torch.randn(256), torch.randn(256)))
-    compiling.start()
+    monkeypatch.setattr(BoundKernel, "__init__", init)
     outcomes: list[str] = []
 
     def call(name: str, hk, a, b) -> None:
         hk(a, b)
         outcomes.append(name)
 
+    threads = [threading.Thread(target=cold, args=(torch.randn(256), torch.randn(256)), daemon=True),
+               threading.Thread(target=call, args=("warm", hot, x, y), daemon=True),
+               threading.Thread(target=call, args=("new", hot, x.double(), y.double()), daemon=True)]  # fmt: skip
     try:
-        assert entered.wait(30)
-        warm = threading.Thread(target=call, args=("warm", hot, x, y))
-        new = threading.Thread(target=call, args=("new", hot, x.double(), y.double()))  # a new key: float64
-        warm.start(), new.start()
-        warm.join(10)
-        assert outcomes == ["warm"]  # launched while the compile holds the lock; the new key waits
-        launched = struct.unpack("<Q", env.fake.last.params[0])[0]
-        assert launched == x.data_ptr()
+        threads[0].start()
+        assert entered.wait(30)  # the compile holds the lock
+        threads[1].start(), threads[2].start()
+        threads[1].join(10)
+        assert outcomes == ["warm"]  # launched meanwhile; the new key (float64) waits
+        assert struct.unpack("<Q", env.fake.last.params[0])[0] == x.data_ptr()
     finally:
         release.set()
-        compiling.join()
-    new.join()
-    assert outcomes == ["warm", "new"]
+        for t in threads:
+            t.join(30)
+    assert outcomes == ["warm", "new"] and not any(t.is_alive() for t in threads)
+    assert traced_unlocked == [False, False]  # the cold and the float64 keys: each traced under the lock
 
 
 def test_other_launcher_keywords_are_triton_compile_options(env):

@@ -14,6 +14,7 @@ import math
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -191,6 +192,23 @@ def test_modules_compile_once_into_warps_kernel_cache(tmp_path, monkeypatch):
 
 
 @needs_warp
+def test_a_read_only_cache_is_read(tmp_path, monkeypatch):
+    """A cache launchpad cannot write (a baked image, a shared folder) still gives what it holds of
+    the module, with nothing compiled."""
+    import warp as wp
+    from warp._src.context import Module
+
+    from launchpad.frontends.warp import compile as warp_compile
+
+    monkeypatch.setattr(wp.config, "kernel_cache_dir", str(tmp_path))
+    kernel = kernels()["saxpy"]
+    filled = launchpad.from_warp(kernel, arch=90)
+    monkeypatch.setattr(warp_compile.os, "access", lambda path, mode: False)
+    monkeypatch.setattr(Module, "_run_codegen", lambda *args, **kwargs: pytest.fail("compiled"))
+    assert launchpad.from_warp(kernel, arch=90).spec.image == filled.spec.image
+
+
+@needs_warp
 @pytest.mark.parametrize("why", ["strip_hash", "cache_kernels", "read-only"])
 def test_modules_compiled_apart_where_the_cache_cannot_be_trusted_or_written(why, tmp_path, monkeypatch):
     """A module whose names carry no hash (strip_hash: a cached file of its name may hold an older
@@ -199,7 +217,7 @@ def test_modules_compiled_apart_where_the_cache_cannot_be_trusted_or_written(why
     import warp as wp
     from warp._src.context import Module
 
-    from launchpad.frontends.warp import frontend
+    from launchpad.frontends.warp import compile as warp_compile
 
     monkeypatch.setattr(wp.config, "kernel_cache_dir", str(tmp_path))
     kernel = kernels()["saxpy"]
@@ -208,7 +226,7 @@ def test_modules_compiled_apart_where_the_cache_cannot_be_trusted_or_written(why
     elif why == "cache_kernels":
         monkeypatch.setattr(wp.config, "cache_kernels", False)
     else:
-        monkeypatch.setattr(frontend.os, "access", lambda path, mode: False)  # (root may write anywhere)
+        monkeypatch.setattr(warp_compile.os, "access", lambda path, mode: False)  # (root may write anywhere)
     real, codegen = Module._run_codegen, []
 
     def counted(self, *args, **kwargs):
@@ -417,6 +435,53 @@ def test_tile_kernels_bounds_equal_warps_and_cubins_need_their_meta(tmp_path):
         launchpad.from_warp(kernel, cubin=k.spec.image)
     plain = launchpad.from_warp(kernels()["saxpy"], cubin=carried("saxpy").spec.image)  # no tiles: no .meta needed
     assert not plain.tiled and plain.spec.plan.shared_mem == 0
+
+
+@needs_warp
+def test_tile_kernels_told_by_the_builtins_they_call(tmp_path):
+    """Tiles used only inside a @wp.func (register storage: no shared memory, no tile code in the
+    kernel's body) make a tile kernel; a user function of a tile-like name and a comment do not.
+    Each case is what its Case says, compiled here and from a cubin with its .meta beside it."""
+    import warp as wp
+
+    for name, tiled in [("tile_via_func", True), ("tile_lookalike", False), ("tile_rowsum", True), ("saxpy", False)]:
+        kernel = kernels()[name]
+        compiled = launchpad.from_warp(kernel, arch=90)
+        folder = tmp_path / name
+        path = wp.compile_aot_module(kernel.module, arch=90, module_dir=str(folder), use_ptx=False)[-1]
+        assert (compiled.tiled, launchpad.from_warp(kernel, cubin=path).tiled) == (tiled, tiled), name
+    assert launchpad.from_warp(kernels()["tile_via_func"], arch=90).spec.plan.shared_mem == 0
+    lookalike = launchpad.from_warp(kernels()["tile_lookalike"], arch=90).spec.image
+    assert not launchpad.from_warp(kernels()["tile_lookalike"], cubin=lookalike).tiled  # bytes: nothing to refuse
+    for case in CASES:
+        assert launchpad.from_warp(kernels()[case.name], arch=90).tiled == carried(case.name).tiled == case.tiled
+
+
+@needs_warp
+def test_tile_cubins_of_another_block_or_module_refused(tmp_path, monkeypatch):
+    """A tile kernel's cubin compiled for another block_dim (its .cu says WP_TILE_BLOCK_DIM 64), or
+    beside a .meta of another module (no entry for it), would launch wrong: refused by name."""
+    import shutil
+
+    import warp as wp
+
+    kernel = kernels()["tile_rowsum"]
+    with monkeypatch.context() as patch:
+        patch.setitem(kernel.module.options, "block_dim", 64)
+        other = wp.compile_aot_module(kernel.module, arch=90, module_dir=str(tmp_path / "b64"), use_ptx=False)[-1]
+    with pytest.raises(LaunchpadError, match=r"kernel 'tile_rowsum' is a tile kernel compiled for block_dim 64, and "
+                       r"the module's block_dim is 256"):  # fmt: skip
+        launchpad.from_warp(kernel, cubin=other)
+    mine = Path(wp.compile_aot_module(kernel.module, arch=90, module_dir=str(tmp_path / "own"), use_ptx=False)[-1])
+    foreign = Path(wp.compile_aot_module(kernels()["saxpy"].module, arch=90, module_dir=str(tmp_path / "saxpy"),
+                                         use_ptx=False)[-1])  # fmt: skip
+    swapped = tmp_path / "swapped" / mine.name
+    swapped.parent.mkdir()
+    shutil.copy(mine, swapped)
+    shutil.copy(foreign.with_name(foreign.name.replace(".sm90.cubin", ".meta")), swapped.with_name(
+        swapped.name.replace(".sm90.cubin", ".meta")))  # fmt: skip
+    with pytest.raises(LaunchpadError, match=r"kernel 'tile_rowsum' uses tiles, and the .meta beside .* has no entry"):
+        launchpad.from_warp(kernel, cubin=swapped)
 
 
 def test_wrong_arguments_refused_before_launch(fake_gpu):

@@ -171,7 +171,8 @@ def test_bits_equal_wp_launch(case):
     ours = [a.clone() if isinstance(a, torch.Tensor) and a.is_cuda else a for a in args]
     theirs = [to_warp(wp, var.type, a) for var, a in zip(warp_kernel.adj.args, args)]
     where = {"device": f"cuda:{torch.cuda.current_device()}", "stream": wp.stream_from_torch()}
-    if kernel.tiled:  # a tile kernel: its dim is launch_tiled's
+    assert kernel.tiled == case.tiled
+    if case.tiled:  # a tile kernel: its dim is launch_tiled's
         wp.launch_tiled(warp_kernel, dim=dim, inputs=theirs, block_dim=kernel.block_dim, **where)
     else:
         wp.launch(warp_kernel, dim=dim, inputs=theirs, **where)

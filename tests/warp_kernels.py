@@ -31,6 +31,7 @@ class Case:
     make: Callable[[str, torch.Generator], tuple[tuple, Any, dict[int, torch.Tensor]]]
     atol: float = 1e-5
     rtol: float = 1e-5
+    tiled: bool = False  # launched as wp.launch_tiled(kernel, dim, block_dim=256)
 
 
 def _randn(gen: torch.Generator, *shape: int, dtype: torch.dtype = torch.float32, device: str = "cpu") -> torch.Tensor:
@@ -126,7 +127,7 @@ CASES = [
     Case("add4d", make_add4d, atol=0, rtol=0),
     Case("mixed", make_mixed, atol=0, rtol=0),
     Case("with_struct", make_with_struct, atol=1e-4, rtol=1e-4),
-    Case("tile_rowsum", make_tile_rowsum, atol=1e-4, rtol=1e-5),
+    Case("tile_rowsum", make_tile_rowsum, atol=1e-4, rtol=1e-5, tiled=True),
 ]
 
 
@@ -225,6 +226,23 @@ def kernels() -> dict[str, Any]:
         t = wp.tile_load(a, shape=(8, 32), offset=(i * 8, 0), storage="shared")  # (dynamic shared memory)
         wp.tile_store(sums, wp.tile_sum(t), offset=(i,))
 
+    @wp.func
+    def copy_tile(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float), i: int):
+        wp.tile_store(b, wp.tile_load(a, shape=(8, 32), offset=(i * 8, 0)), offset=(i * 8, 0))
+
+    @wp.kernel(module="tiles", enable_backward=False)
+    def tile_via_func(a: wp.array2d(dtype=float), b: wp.array2d(dtype=float)):
+        copy_tile(a, b, wp.tid())  # register tiles, in a function: no shared memory, no tile code in the kernel
+
+    @wp.func
+    def tile_index(i: int) -> int:
+        return i * 2
+
+    @wp.kernel(module="tiles", enable_backward=False)
+    def tile_lookalike(out: wp.array(dtype=int)):
+        i = wp.tid()
+        out[i] = tile_index(i)  # unlike wp.tile_load(...), a user function of a tile-like name
+
     @wp.kernel(module="unique", enable_backward=False)
     def fill(out: wp.array(dtype=float), v: float):
         i = wp.tid()
@@ -251,7 +269,8 @@ def kernels() -> dict[str, Any]:
         out[i] = 1.0
 
     _KERNELS.update(saxpy=saxpy, scale2d=scale2d, cross=cross, matvec=matvec, index3d=index3d, add4d=add4d,
-                    mixed=mixed, with_struct=with_struct, tile_rowsum=tile_rowsum, struct_refused=struct_refused, takes_struct=takes_struct, fill=fill, tiled=tiled, indexed=indexed,
+                    mixed=mixed, with_struct=with_struct, tile_rowsum=tile_rowsum, tile_via_func=tile_via_func,
+                    tile_lookalike=tile_lookalike, struct_refused=struct_refused, takes_struct=takes_struct, fill=fill, tiled=tiled, indexed=indexed,
                     generic=generic, lean=lean)  # fmt: skip
     return _KERNELS
 

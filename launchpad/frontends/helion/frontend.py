@@ -171,20 +171,22 @@ class HelionKernel:
             return self.kernel.bind(args)
 
     def _bound_already(self, args: tuple) -> Any | None:
-        """``Kernel.bind(args)`` where Helion's table holds the bound kernel already (the lookup
-        ``Kernel._bind`` makes first, and the bind itself, both under Helion's own lock, so no
-        ``reset`` comes between them), else None: a new key, or a Helion whose internals differ."""
+        """The bound kernel Helion's table holds for ``args`` (the lookup ``Kernel._bind`` makes
+        first, under Helion's own lock), else None: a new key, or a kernel whose binding does more
+        than the lookup (a ``key=`` function, which Helion runs once per call; late
+        specializations), or a Helion whose internals differ. Those wait for the lock."""
         kernel = self.kernel
         try:
             with kernel._bind_lock:
+                if kernel._key_fn is not None or kernel._has_specialization_extras:
+                    return None
+                kernel._validate_structural_policy()
                 checked = kernel._validate_bind_args(args)
                 distributed = kernel._compute_is_distributed(checked, dist_initialized=_dist_initialized())
                 signature = kernel._base_specialization_key(checked, is_distributed=distributed)
                 key = kernel._get_bound_kernel_cache_key(checked, signature)
-                if key is None or kernel._bound_kernels.get(key) is None:
-                    return None
-                return kernel._bind(args)  # a hit: Helion's own bind, which finds it (the lock still held)
-        except (AttributeError, TypeError):  # (another Helion's internals: wait for the lock instead)
+                return None if key is None else kernel._bound_kernels.get(key)
+        except (AttributeError, TypeError):  # (another Helion's internals, or arguments it refuses: the lock)
             return None
 
     def _refusal(self, args: tuple, exc: TypeError) -> ArgumentTypeError:

@@ -18,11 +18,7 @@ Warp is imported only here and only when compiling; a saved Warp kernel loads wi
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,9 +27,11 @@ from ...core import toolchain
 from ...core.binary import cubin_arch, read_image
 from ...core.params import POINTER_DTYPES
 from ...core.spec import Arg, KernelSpec, LaunchPlan, spec_from_image
-from ...errors import ArgumentTypeError, BinaryError, CompileError, LaunchpadError
+from ...errors import ArgumentTypeError, BinaryError, LaunchpadError
 from .args import BOUNDS_BYTES, MAX_DIMS
+from .compile import compile_module
 from .kernel import WarpKernel
+from .tiles import tiles_of_cubin, tiles_of_module
 from .versions import check_version, check_warp
 
 __all__ = ["SCALAR_WORDS", "from_warp", "warp_signature", "warp_spec"]
@@ -91,16 +89,16 @@ def from_warp(kernel: Any, *, arch: str | int | tuple[int, int] | None = None,
     block_dim = int(kernel.module.options.get("block_dim") or 256)
     if cubin is None:
         target = toolchain.resolve_arch(arch, kernel=name)
-        image, meta, source = _compile(wp, kernel, name, target)
+        _, image, meta, source = compile_module(wp, kernel, name, target)
         entry = f"{kernel.get_mangled_name()}_cuda_kernel_forward"
-        tiled, shared = _tiles(entry, meta, source)
+        tiled, shared = tiles_of_module(kernel, entry, meta, source)
     else:
         kernel.module.get_module_hash(block_dim)  # the hash Warp's names carry (unless strip_hash)
         entry = f"{kernel.get_mangled_name()}_cuda_kernel_forward"
         image, kind = read_image(cubin)
         if kind != "cubin":
             raise BinaryError(f"kernel {name!r}: expected a cubin compiled by Warp, got a {kind}")
-        tiled, shared = _tiles_of_cubin(wp, kernel, name, entry, cubin)
+        tiled, shared = tiles_of_cubin(kernel, name, entry, cubin, block_dim)
     if getattr(kernel, "grid_stride", True) is False:  # resolved when the module is hashed (above)
         raise LaunchpadError(f"kernel {name!r} is a lean kernel (grid_stride=False), launched on a 3-D grid; launchpad "
                              "launches grid-stride kernels; launch it with wp.launch")  # fmt: skip
@@ -168,7 +166,7 @@ def warp_signature(kernel: Any, name: str) -> tuple[list[str], list[str], list[A
             words.append(f"bytes{layout['size']}")
             args.append(Arg(label, "expand", (position,), params=(index,), converter="warp_struct",
                             options={**layout, "name": label}))  # fmt: skip
-        elif type(t) is wp.array:
+        elif _plain_array(wp, t):
             scalar, element = _element(wt, t.dtype)
             if scalar not in SCALAR_WORDS:
                 raise refuse(f"arrays of {wt.type_repr(t.dtype)} are not packed by launchpad")
@@ -248,106 +246,6 @@ def _element(wt: Any, t: Any) -> tuple[str, tuple[int, ...]]:
     if _is_composite(wt, t):
         return t._wp_scalar_type_.__name__, tuple(int(d) for d in t._shape_)
     return getattr(t, "__name__", repr(t)), ()
-
-
-def _compile(wp: Any, kernel: Any, name: str, arch: str) -> tuple[bytes, dict, str]:
-    """The cubin, ``.meta`` and ``.cu`` source Warp's AOT compiler writes for the kernel's module,
-    in Warp's own kernel cache (``wp.config.kernel_cache_dir``, ``WARP_CACHE_PATH``): Warp names
-    each module's folder and files by the module's hash, and compiles nothing where the cubin and
-    its ``.meta`` are there already, so a module compiled once (by ``from_warp``, or by ``wp.launch``
-    on a GPU of this architecture) is read back in a later process, not compiled again.
-
-    Compiled apart, in a temporary folder, each time: a module whose names carry no hash
-    (``strip_hash``: a cached file of its name may be an older source's), Warp's cache switched
-    off (``wp.config.cache_kernels``) or not writable, and a cached module missing its source
-    (what :func:`_refuse_compiled` reads)."""
-    number = int(re.sub(r"\D", "", arch.removeprefix("sm_")))
-    wp.init()  # (sets wp.config.kernel_cache_dir, None before; at once where Warp is initialized already)
-    cache = wp.config.kernel_cache_dir
-    if wp.config.cache_kernels and not kernel.module.options.get("strip_hash") and cache and _writable(cache):
-        cubin = _compile_into(wp, kernel, name, arch, number, None)
-        if _beside(cubin, ".cu").is_file():
-            return _read(cubin)
-    with tempfile.TemporaryDirectory(prefix="launchpad-warp-") as folder:
-        return _read(_compile_into(wp, kernel, name, arch, number, folder))
-
-
-def _writable(folder: str) -> bool:
-    """Whether Warp can build in its cache: its build folders are made beside the modules' own."""
-    path = Path(folder)
-    while not path.exists() and path.parent != path:
-        path = path.parent
-    return os.access(path, os.W_OK | os.X_OK)
-
-
-_CUBIN = re.compile(r"\.sm\d+[af]?\.cubin$")  # wp_<module>_<hash>.sm90.cubin (sm90a, sm100f: arch suffixes)
-
-
-def _compile_into(wp: Any, kernel: Any, name: str, arch: str, number: int, folder: str | None) -> Path:
-    """The cubin ``wp.compile_aot_module`` compiles (or finds) in ``folder`` (None: Warp's cache)."""
-    try:
-        paths = wp.compile_aot_module(kernel.module, arch=number, module_dir=folder, use_ptx=False)
-    except Exception as exc:  # Warp's codegen and NVRTC failures: the user's code or the compiler
-        raise CompileError(f"Warp could not compile kernel {name!r} for {arch}: {type(exc).__name__}",
-                           str(exc).strip()) from exc  # fmt: skip
-    cubin = Path(paths[-1]) if paths else None  # (one path per device, then one per arch: ours, the last)
-    if cubin is None or not _CUBIN.search(cubin.name) or f".sm{number}" not in cubin.name or not cubin.is_file():
-        raise CompileError(f"Warp compiled kernel {name!r} for {arch} but wrote no cubin where it says",
-                           str(cubin))  # fmt: skip
-    return cubin
-
-
-def _beside(cubin: Path, suffix: str) -> Path:
-    """The module's file of ``suffix`` beside its cubin: ``wp_<module>_<hash>.sm90.cubin`` -> ``.cu``."""
-    return cubin.with_name(_CUBIN.sub("", cubin.name) + suffix)
-
-
-def _read(cubin: Path) -> tuple[bytes, dict, str]:
-    """A Warp cubin's bytes, and its module's ``.meta`` (``{}`` where absent) and ``.cu`` source."""
-    meta_path, source_path = _beside(cubin, ".meta"), _beside(cubin, ".cu")
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-    source = source_path.read_text() if source_path.exists() else ""
-    return cubin.read_bytes(), meta, source
-
-
-def _tiles(entry: str, meta: dict, source: str) -> tuple[bool, int]:
-    """Whether the compiled entry is a tile kernel, and its dynamic shared memory (Warp's ``.meta``:
-    what ``wp.launch`` passes): a tile kernel sets up tile storage, and its block is the module's
-    ``block_dim`` (``WP_TILE_BLOCK_DIM``), appended to each launch's dimensions as
-    ``wp.launch_tiled`` appends it."""
-    shared = int(meta.get(f"{entry}_smem_bytes", 0) or 0)
-    body = source.split(f"{entry}(", 1)[-1].split('extern "C"', 1)[0] if source else ""
-    return bool(shared or re.search(r"wp::tile(?!_shared_storage_t)", body)), shared  # (every kernel declares storage)
-
-
-_TILE_CALL = re.compile(r"\btile(_\w+)?\s*\(")  # wp.tile(...), wp.tile_load(...), tile_matmul(...)...
-
-
-def _tiles_of_cubin(wp: Any, kernel: Any, name: str, entry: str, cubin: bytes | str | Path) -> tuple[bool, int]:
-    """:func:`_tiles` of a cubin compiled earlier, from the ``.meta`` Warp wrote beside it; without
-    one, a kernel whose source (or a ``@wp.func`` it calls) uses tiles is refused: its shared
-    memory is known from the ``.meta`` alone, and a launch without it would read past its storage."""
-    if isinstance(cubin, (str, Path)) and _beside(Path(cubin), ".meta").is_file():
-        meta_path, source_path = _beside(Path(cubin), ".meta"), _beside(Path(cubin), ".cu")
-        source = source_path.read_text() if source_path.is_file() else ""
-        tiled, shared = _tiles(entry, json.loads(meta_path.read_text()), source)
-        return tiled or _uses_tiles(kernel.adj, set()), shared
-    if _uses_tiles(kernel.adj, set()):
-        raise LaunchpadError(f"kernel {name!r} uses tiles, whose shared memory Warp writes in the module's .meta "
-                             "file: pass the cubin's path with its .meta beside it (as wp.compile_aot_module "
-                             "writes them), or let from_warp compile the kernel")  # fmt: skip
-    return False, 0
-
-
-def _uses_tiles(adj: Any, seen: set) -> bool:
-    """Whether a kernel's or function's Python source, or that of a user function it calls, calls a tile builtin."""
-    if id(adj) in seen:
-        return False
-    seen.add(id(adj))
-    if _TILE_CALL.search(getattr(adj, "source", "") or ""):
-        return True
-    functions = adj.get_references()[2]
-    return any(getattr(f, "adj", None) is not None and _uses_tiles(f.adj, seen) for f in functions)
 
 
 def warp_spec(image: bytes, entry: str, name: str, words: list[str], labels: list[str], args: list[Arg], *,
