@@ -177,7 +177,7 @@ BARE = {
     "sequences/updates.py": 2,
     "frontends/cute/layout.py": 7,  # (in progress: the CuTe DSL front end)
     "frontends/cute/frontend.py": 5,
-    "frontends/warp/frontend.py": 4,
+    "frontends/warp/frontend.py": 3,
 }
 #: Builtins raised as themselves: caught inside the package, or the framework's own error where
 #: launchpad stands in for it (Triton's launcher raises what Triton raises).

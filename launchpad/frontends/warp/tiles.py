@@ -26,7 +26,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from ...errors import LaunchpadError
+from ...errors import BinaryError
 from .compile import beside
 
 __all__ = ["calls_tiles", "tiles_of_cubin", "tiles_of_module"]
@@ -49,7 +49,7 @@ def tiles_of_cubin(kernel: Any, name: str, entry: str, cubin: Any, block_dim: in
     path = Path(cubin) if isinstance(cubin, (str, Path)) else None
     if path is None or not beside(path, ".meta").is_file():
         if calls:
-            raise LaunchpadError(f"kernel {name!r} uses tiles, whose shared memory Warp writes in the module's .meta "
+            raise BinaryError(f"kernel {name!r} uses tiles, whose shared memory Warp writes in the module's .meta "
                                  "file: pass the cubin's path with its .meta beside it (as wp.compile_aot_module "
                                  "writes them), or let from_warp compile the kernel")  # fmt: skip
         return False, 0
@@ -59,14 +59,14 @@ def tiles_of_cubin(kernel: Any, name: str, entry: str, cubin: Any, block_dim: in
     if not tiled:
         return False, 0
     if f"{entry}_smem_bytes" not in meta:
-        raise LaunchpadError(f"kernel {name!r} uses tiles, and the .meta beside {path.name} has no entry for it (another "
+        raise BinaryError(f"kernel {name!r} uses tiles, and the .meta beside {path.name} has no entry for it (another "
                              "module's file): pass the cubin with its own .meta, or let from_warp compile the kernel")  # fmt: skip
     found = _BLOCK.search(source)
     if found is None and path.name.startswith(kernel.module.get_module_identifier(block_dim) + "."):
         return True, shared  # (no source, but the file name carries this module's hash for this block)
     if found is None or int(found.group(1)) != block_dim:
         compiled = f"block_dim {found.group(1)}" if found else "a block launchpad cannot tell (no .cu beside it)"
-        raise LaunchpadError(f"kernel {name!r} is a tile kernel compiled for {compiled}, and the module's block_dim "
+        raise BinaryError(f"kernel {name!r} is a tile kernel compiled for {compiled}, and the module's block_dim "
                              f"is {block_dim}: launch_tiled's block must be the one it was compiled for; set the "
                              "module's block_dim option to it, or let from_warp compile the kernel")  # fmt: skip
     return True, shared
