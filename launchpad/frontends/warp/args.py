@@ -197,6 +197,18 @@ def pack_value(components: Sequence[Any], word: str) -> bytes:
     return struct.pack(f"<{len(components)}{code}", *components)
 
 
+def _cast_of(word: str) -> Callable[[Any], Any]:
+    """How a component of ``word`` is taken before packing: a float, an integer, or a bool (numpy's
+    and Warp's ``wp.bool``, whose ``value`` it is, too)."""
+    return _as_bool if word == "i1" else float if word.startswith(("fp", "bf")) else operator.index
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    return bool(operator.index(getattr(value, "value", value)))
+
+
 def convert_value(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
     """``CONVERTERS["warp_value"]``: ``(bytes,)`` of a vector or matrix value.
 
@@ -213,13 +225,9 @@ def convert_value(value: Any, device: int, stream: int, ctx: Context, arg: Arg, 
     if parts is None or len(parts) != count:
         got = f"{len(parts)} components" if parts is not None else _describe(value)
         raise ctx.error(arg, f"expected {count} components for {what}, got {got}", ArgumentTypeError)
-    integral = not word.startswith(("fp", "bf"))
+    cast = _cast_of(word)
     try:
-        if integral:
-            parts = [operator.index(p) for p in parts]
-        else:
-            parts = [float(p) for p in parts]
-        return (pack_value(parts, word),)
+        return (pack_value([cast(p) for p in parts], word),)
     except (TypeError, ValueError, struct.error, OverflowError) as exc:
         raise ctx.error(arg, f"cannot pack {_describe(value)} as {what}: {exc}", ArgumentTypeError) from None
 
@@ -234,88 +242,101 @@ convert_value.schema = lambda options: "int[]" if not options["word"].startswith
 def convert_struct(value: Any, device: int, stream: int, ctx: Context, arg: Arg, **options: Any) -> tuple:
     """``CONVERTERS["warp_struct"]``: ``(bytes,)`` of a ``wp.struct`` value.
 
-    ``options``: ``name`` (the struct's Warp name), ``native_name`` (its name in the generated code,
-    with the hash of its fields), ``size`` and ``fields``: per field, its ``name``, ``offset`` and
-    ``kind`` (``array``, with :func:`convert_array`'s options; ``scalar`` or ``value``, with
-    ``word`` and ``shape``; ``struct``, with ``native_name`` and ``fields``). Takes an instance of that
-    very struct (its own bytes, as ``wp.launch`` passes them, once each array in it is found on the
-    launch device), or a dict of every field's value: tensors for arrays, numbers, sequences for
-    vectors and matrices, dicts (or instances) for nested structs, packed as Warp lays them out.
+    ``options``: ``name`` (the parameter's), ``native_name`` (the struct's name in the generated
+    code, with the hash of its fields), ``size`` and ``fields``: per field, its ``name``, ``offset``
+    and ``kind`` (``array``, with :func:`convert_array`'s options; ``scalar`` or ``value``, with
+    ``word``, ``shape`` and ``type``; ``struct``, with ``native_name``, ``size`` and ``fields``).
+    Takes an instance of that very struct (its own bytes, as ``wp.launch`` passes them, once each
+    array in it is found on the launch device), or a dict of every field's value: tensors for
+    arrays, numbers, sequences for vectors and matrices, dicts (or instances) for nested structs,
+    packed as Warp lays them out. ``specialize`` compiles the options into a :class:`_Struct` once.
     """
-    out = bytearray(options["size"])
-    _put_struct(out, 0, value, options, options["name"], device, stream, ctx, arg)
-    return (bytes(out),)
+    return _Struct(options, options["name"])(value, device, stream, ctx, arg)
 
 
-def _put_struct(out: bytearray, at: int, value: Any, o: dict, path: str, device: int, stream: int, ctx: Context,
-                arg: Arg) -> None:  # fmt: skip
-    native = getattr(type(value), "native_name", None)
-    if native is not None and hasattr(value, "_ctype"):  # a Warp struct instance (no Warp import: a saved kernel)
-        if native != o["native_name"]:
-            raise ctx.error(arg, f"expected a wp.struct {o['native_name']} for {path}, got a wp.struct {native}",
-                            ArgumentTypeError)  # fmt: skip
-        _check_arrays(value, o["fields"], path, device, ctx, arg)
-        raw = bytes(memoryview(value._ctype).cast("B"))
-        if len(raw) != o["size"]:
-            raise ctx.error(arg, f"{path} is {len(raw)} bytes, the kernel's struct {o['size']}")
-        out[at : at + len(raw)] = raw
-        return
-    if not isinstance(value, dict):
-        raise ctx.error(arg, f"expected a wp.struct {o['native_name']} or a dict of its fields for {path}, got "
-                        f"{_describe(value)}", ArgumentTypeError)  # fmt: skip
-    names = [f["name"] for f in o["fields"]]
-    if set(value) != set(names):
-        missing, extra = [n for n in names if n not in value], sorted(set(map(str, value)) - set(names))
-        raise ctx.error(
-            arg,
-            f"{path} has the fields {names}: "
-            + "; ".join(
-                part for part in (f"missing {missing}" if missing else "", f"no field {extra}" if extra else "") if part
-            ),
-        )
-    for field in o["fields"]:
-        where, item, pos = f"{path}.{field['name']}", value[field["name"]], at + field["offset"]
-        kind = field["kind"]
-        if kind == "struct":
-            _put_struct(out, pos, item, field, where, device, stream, ctx, arg)
-            continue
-        if kind == "array":
-            raw = convert_array(item, device, stream, ctx, arg, **{**field, "type": f"{where}, {field['type']}"})[0]
-        else:  # a scalar, vector or matrix
-            try:
-                parts = [item] if kind == "scalar" else _components(item)
-                if parts is None or len(parts) != math.prod(field["shape"]):
-                    raise TypeError(f"expected {math.prod(field['shape'])} components")
-                integral = not field["word"].startswith(("fp", "bf"))
-                cast = _as_bool if field["word"] == "i1" else operator.index if integral else float
-                raw = pack_value([cast(p) for p in parts], field["word"])
-            except (TypeError, ValueError, struct.error, OverflowError) as exc:
-                raise ctx.error(arg, f"cannot pack {_describe(item)} as {where} ({field['type']}): {exc}",
-                                ArgumentTypeError) from None  # fmt: skip
-        out[pos : pos + len(raw)] = raw
+class _Struct:
+    """A struct's options compiled for packing: per field its offset and packer, and the path that
+    messages name it by (``p.inner.v``), all made once per kernel, not per launch."""
+
+    def __init__(self, o: dict, path: str):
+        self.size, self.native, self.path = int(o["size"]), str(o["native_name"]), path
+        self.names = [f["name"] for f in o["fields"]]
+        self.fields: list[tuple[str, int, str, Any, str, str]] = []  # (name, offset, kind, packer, path, type)
+        for f in o["fields"]:
+            where = f"{path}.{f['name']}"
+            if f["kind"] == "struct":
+                packer: Any = _Struct(f, where)
+            elif f["kind"] == "array":
+                packer = functools.partial(convert_array, ndim=f["ndim"], dtype=f["dtype"], itemsize=f["itemsize"],
+                                           element=f["element"], type=f"{where}, {f['type']}")  # fmt: skip
+            else:  # a scalar, vector or matrix: its count, the struct.Struct that packs it, how each is taken
+                count, code = math.prod(f["shape"]), SCALAR_TYPES[f["word"]][1]
+                packer = (count, struct.Struct(f"<{count}{code}"), _cast_of(f["word"]))
+            self.fields.append((f["name"], int(f["offset"]), f["kind"], packer, where, f.get("type", "")))
+
+    def __call__(self, value: Any, device: int, stream: int, ctx: Context, arg: Arg) -> tuple:
+        out = bytearray(self.size)
+        self.put(out, 0, value, device, stream, ctx, arg)
+        return (bytes(out),)
+
+    def put(self, out: bytearray, at: int, value: Any, device: int, stream: int, ctx: Context, arg: Arg) -> None:
+        native = getattr(type(value), "native_name", None)
+        if native is not None and hasattr(value, "_ctype"):  # a Warp struct instance (no Warp import: a saved kernel)
+            if native != self.native:
+                raise ctx.error(arg, f"expected a wp.struct {self.native} for {self.path}, got a wp.struct {native}",
+                                ArgumentTypeError)  # fmt: skip
+            self.check_arrays(value, device, ctx, arg)
+            raw = bytes(memoryview(value._ctype).cast("B"))
+            if len(raw) != self.size:
+                raise ctx.error(arg, f"{self.path} is {len(raw)} bytes, the kernel's struct {self.size}")
+            out[at : at + self.size] = raw
+            return
+        if not isinstance(value, dict):
+            raise ctx.error(arg, f"expected a wp.struct {self.native} or a dict of its fields for {self.path}, got "
+                            f"{_describe(value)}", ArgumentTypeError)  # fmt: skip
+        if len(value) != len(self.names):
+            raise self._fields_error(value, ctx, arg)
+        for name, offset, kind, packer, where, typename in self.fields:
+            item = value.get(name, _MISSING)
+            if item is _MISSING:
+                raise self._fields_error(value, ctx, arg)
+            if kind == "struct":
+                packer.put(out, at + offset, item, device, stream, ctx, arg)
+                continue
+            if kind == "array":
+                raw = packer(item, device, stream, ctx, arg)[0]
+            else:
+                count, layout, cast = packer
+                try:
+                    parts = [item] if kind == "scalar" else _components(item)
+                    if parts is None or len(parts) != count:
+                        raise TypeError(f"expected {count} components")
+                    raw = layout.pack(*[cast(p) for p in parts])
+                except (TypeError, ValueError, struct.error, OverflowError) as exc:
+                    raise ctx.error(arg, f"cannot pack {_describe(item)} as {where} ({typename}): {exc}",
+                                    ArgumentTypeError) from None  # fmt: skip
+            out[at + offset : at + offset + len(raw)] = raw
+
+    def check_arrays(self, value: Any, device: int, ctx: Context, arg: Arg) -> None:
+        """Refuse a struct instance holding an array that is not on the launch device (Warp's own
+        launch does not look: the kernel would read a host or another GPU's address)."""
+        for name, _, kind, packer, where, _ in self.fields:
+            item = getattr(value, name, None)
+            if kind == "struct" and item is not None:
+                packer.check_arrays(item, device, ctx, arg)
+            elif kind == "array" and item is not None:
+                place = getattr(item, "device", None)
+                if not (getattr(place, "is_cuda", False) and getattr(place, "ordinal", -1) == device):
+                    raise ctx.error(arg, f"{where} is an array on {place}, not on the launch device cuda:{device}")
+
+    def _fields_error(self, value: dict, ctx: Context, arg: Arg) -> Exception:
+        missing, extra = [n for n in self.names if n not in value], sorted(set(map(str, value)) - set(self.names))
+        parts = ([f"missing {missing}"] if missing else []) + ([f"no field {extra}"] if extra else [])
+        return ctx.error(arg, f"{self.path} has the fields {self.names}: " + "; ".join(parts))
 
 
-def _as_bool(value: Any) -> bool:
-    """A bool field's value: a bool (numpy's too), a Warp ``wp.bool`` (its ``value``), or an integer."""
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    return bool(operator.index(getattr(value, "value", value)))
-
-
-def _check_arrays(value: Any, fields: list, path: str, device: int, ctx: Context, arg: Arg) -> None:
-    """Refuse a struct instance holding an array that is not on the launch device (Warp's own launch
-    does not look: the kernel would read a host or another GPU's address)."""
-    for field in fields:
-        item, where = getattr(value, field["name"], None), f"{path}.{field['name']}"
-        if field["kind"] == "struct" and item is not None:
-            _check_arrays(item, field["fields"], where, device, ctx, arg)
-        elif field["kind"] == "array" and item is not None:
-            place = getattr(item, "device", None)
-            if not (getattr(place, "is_cuda", False) and getattr(place, "ordinal", -1) == device):
-                raise ctx.error(arg, f"{where} is an array on {place}, not on the launch device cuda:{device}")
-
-
-convert_struct.specialize = lambda **options: functools.partial(convert_struct, **options)  # type: ignore[attr-defined]
+_MISSING = object()
+convert_struct.specialize = lambda **options: _Struct(options, options["name"])  # type: ignore[attr-defined]
 
 
 # --- launch bounds -------------------------------------------------------------------------------

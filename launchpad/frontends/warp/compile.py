@@ -27,13 +27,13 @@ from typing import Any
 
 from ...errors import CompileError
 
-__all__ = ["Compiled", "beside", "compile_module", "read_compiled"]
+__all__ = ["Compiled", "beside", "compile_module", "module_files", "read_compiled"]
 
 #: ``wp_<module>_<hash>.sm90.cubin`` (``sm90a``, ``sm100f``: Warp's arch suffixes).
 _CUBIN = re.compile(r"\.sm\d+[af]?\.cubin$")
 
-#: A compiled module: the cubin's path, bytes, ``.meta`` (``{}`` where absent) and ``.cu`` source.
-Compiled = tuple[Path, bytes, dict, str]
+#: A compiled module: the cubin's bytes, its ``.meta`` (``{}`` where absent) and ``.cu`` source ("").
+Compiled = tuple[bytes, dict, str]
 
 
 def compile_module(wp: Any, kernel: Any, name: str, arch: str) -> Compiled:
@@ -63,10 +63,14 @@ def beside(cubin: Path, suffix: str) -> Path:
 
 def read_compiled(cubin: Path) -> Compiled:
     """A Warp cubin, and its module's ``.meta`` and ``.cu`` source beside it where they are."""
+    return (cubin.read_bytes(), *module_files(cubin))
+
+
+def module_files(cubin: Path) -> tuple[dict, str]:
+    """The ``.meta`` (``{}`` where absent) and ``.cu`` source ("") beside a Warp cubin."""
     meta_path, source_path = beside(cubin, ".meta"), beside(cubin, ".cu")
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    source = source_path.read_text() if source_path.is_file() else ""
-    return cubin, cubin.read_bytes(), meta, source
+    return meta, source_path.read_text() if source_path.is_file() else ""
 
 
 def _writable(folder: str) -> bool:

@@ -89,7 +89,7 @@ def from_warp(kernel: Any, *, arch: str | int | tuple[int, int] | None = None,
     block_dim = int(kernel.module.options.get("block_dim") or 256)
     if cubin is None:
         target = toolchain.resolve_arch(arch, kernel=name)
-        _, image, meta, source = compile_module(wp, kernel, name, target)
+        image, meta, source = compile_module(wp, kernel, name, target)
         entry = f"{kernel.get_mangled_name()}_cuda_kernel_forward"
         tiled, shared = tiles_of_module(kernel, entry, meta, source)
     else:

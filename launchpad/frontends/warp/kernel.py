@@ -3,9 +3,10 @@
 A Warp launch is given its threads (``dim``, 1-4 extents), not its grid: the kernel's first
 parameter is ``launch_bounds_t<N>``, and the grid is ``min(ceil(size / block), max_blocks)`` blocks
 of the module's ``block_dim`` (:mod:`.args`). A tile kernel's ``dim`` is ``wp.launch_tiled``'s: the
-block's threads are appended to it as its last dimension. ``kernel[dim]`` computes both once per ``dim`` (the
-Kernel's cache of configurations keeps them) and returns the compiled executor's configured launch
-with the bounds bound before the arguments: per launch nothing is computed that ``dim`` fixes.
+block's threads are appended to it as its last dimension. ``kernel[dim]`` computes both once per
+``dim`` (the Kernel's cache of configurations keeps them) and returns the compiled executor's
+configured launch with the bounds bound before the arguments: per launch nothing is computed that
+``dim`` fixes.
 
 The class is registered for ``metadata["frontend"] == "warp"`` (``launchpad.kernel.KERNEL_TYPES``),
 so :func:`launchpad.load` of a saved Warp kernel gives one, without Warp installed.

@@ -20,14 +20,13 @@ Warp is imported by the caller (:func:`launchpad.from_warp`).
 from __future__ import annotations
 
 import ast
-import json
 import re
 import types
 from pathlib import Path
 from typing import Any
 
 from ...errors import BinaryError
-from .compile import beside
+from .compile import beside, module_files
 
 __all__ = ["calls_tiles", "tiles_of_cubin", "tiles_of_module"]
 
@@ -38,8 +37,15 @@ _BLOCK = re.compile(r"#define\s+WP_TILE_BLOCK_DIM\s+(\d+)")
 def tiles_of_module(kernel: Any, entry: str, meta: dict, source: str) -> tuple[bool, int]:
     """Whether the kernel is a tile kernel, and its dynamic shared memory, for the module launchpad
     compiled (its ``.meta`` and ``.cu``, written for the module's own block)."""
+    compiled, shared = _compiled_evidence(entry, meta, source)
+    return compiled or calls_tiles(kernel.adj), shared
+
+
+def _compiled_evidence(entry: str, meta: dict, source: str) -> tuple[bool, int]:
+    """Whether a compiled module shows the entry to be a tile kernel (shared memory in its ``.meta``,
+    tile code in its own body), and that shared memory."""
     shared = int(meta.get(f"{entry}_smem_bytes", 0) or 0)
-    return bool(shared or _TILE_CODE.search(_body(source, entry)) or calls_tiles(kernel.adj)), shared
+    return bool(shared or _TILE_CODE.search(_body(source, entry))), shared
 
 
 def tiles_of_cubin(kernel: Any, name: str, entry: str, cubin: Any, block_dim: int) -> tuple[bool, int]:
@@ -50,25 +56,25 @@ def tiles_of_cubin(kernel: Any, name: str, entry: str, cubin: Any, block_dim: in
     if path is None or not beside(path, ".meta").is_file():
         if calls:
             raise BinaryError(f"kernel {name!r} uses tiles, whose shared memory Warp writes in the module's .meta "
-                                 "file: pass the cubin's path with its .meta beside it (as wp.compile_aot_module "
-                                 "writes them), or let from_warp compile the kernel")  # fmt: skip
+                              "file: pass the cubin's path with its .meta beside it (as wp.compile_aot_module "
+                              "writes them), or let from_warp compile the kernel")  # fmt: skip
         return False, 0
-    meta = json.loads(beside(path, ".meta").read_text())
-    source = beside(path, ".cu").read_text() if beside(path, ".cu").is_file() else ""
-    tiled, shared = tiles_of_module(kernel, entry, meta, source)
-    if not tiled:
+    meta, source = module_files(path)
+    compiled, shared = _compiled_evidence(entry, meta, source)
+    if not (compiled or calls):
         return False, 0
     if f"{entry}_smem_bytes" not in meta:
-        raise BinaryError(f"kernel {name!r} uses tiles, and the .meta beside {path.name} has no entry for it (another "
-                             "module's file): pass the cubin with its own .meta, or let from_warp compile the kernel")  # fmt: skip
+        raise BinaryError(f"kernel {name!r} uses tiles, and the .meta beside {path.name} has no entry for it "
+                          "(another module's file): pass the cubin with its own .meta, or let from_warp compile the "
+                          "kernel")  # fmt: skip
     found = _BLOCK.search(source)
     if found is None and path.name.startswith(kernel.module.get_module_identifier(block_dim) + "."):
         return True, shared  # (no source, but the file name carries this module's hash for this block)
     if found is None or int(found.group(1)) != block_dim:
-        compiled = f"block_dim {found.group(1)}" if found else "a block launchpad cannot tell (no .cu beside it)"
-        raise BinaryError(f"kernel {name!r} is a tile kernel compiled for {compiled}, and the module's block_dim "
-                             f"is {block_dim}: launch_tiled's block must be the one it was compiled for; set the "
-                             "module's block_dim option to it, or let from_warp compile the kernel")  # fmt: skip
+        block = f"block_dim {found.group(1)}" if found else "a block launchpad cannot tell (no .cu beside it)"
+        raise BinaryError(f"kernel {name!r} is a tile kernel compiled for {block}, and the module's block_dim "
+                          f"is {block_dim}: launch_tiled's block must be the one it was compiled for; set the "
+                          "module's block_dim option to it, or let from_warp compile the kernel")  # fmt: skip
     return True, shared
 
 
