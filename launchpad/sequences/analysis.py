@@ -173,12 +173,14 @@ def analyze(base: Capture, control: Capture, probes: dict[str, Capture], values:
     return Plan(base.nodes, inputs)
 
 
-def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_pointer: Callable[[int], bool]) -> bool:
+def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_pointer: Callable[[int], bool],
+              first_byte: bool = False) -> bool:  # fmt: skip
     """Whether node ``i``'s word at ``offset`` points, in captures ``a`` and ``b``, into the same
     allocation of each (the ``k``-th) at the same offset: the same value of the graph's own memory,
     as an address or shifted right by 4 bits with flags above it (cuBLAS's kernels hold some so).
     Where an address lies in several allocations, a shared reading is that value (a reading one
     capture lacks, such as blocks that touch in one pool alone, cannot be what the word means).
+    ``first_byte``: the kernel dereferences the word's own address (see :func:`referenced`).
     Without allocation facts, whether both are device pointers (the weaker test that is all there is)."""
     x, y = region_bytes(a.nodes[i], offset, size), region_bytes(b.nodes[i], offset, size)
     if size != 8 or x is None or y is None:
@@ -186,7 +188,10 @@ def same_word(a: Capture, b: Capture, i: int, offset: int, size: int, is_device_
     p, q = int.from_bytes(x, "little"), int.from_bytes(y, "little")
     if a.allocations is None or b.allocations is None:
         return is_device_pointer(p) and is_device_pointer(q)
-    (shift, found, flags), (other_shift, other, other_flags) = referenced(a, p), referenced(b, q)
+    (shift, found, flags), (other_shift, other, other_flags) = (
+        referenced(a, p, first_byte),
+        referenced(b, q, first_byte),
+    )
     return (shift, flags) == (other_shift, other_flags) and bool(set(found) & set(other))
 
 
@@ -204,14 +209,18 @@ def both_pooled(a: Capture, b: Capture, i: int, offset: int, size: int) -> bool:
     return bool(found) and bool(other) and (shift, flags) == (other_shift, other_flags)
 
 
-def referenced(c: Capture, word: int) -> tuple[int, tuple[tuple[int, int], ...], int]:
+def referenced(c: Capture, word: int, first_byte: bool = False) -> tuple[int, tuple[tuple[int, int], ...], int]:
     """What allocations of capture ``c`` an 8-byte word refers to: ``(shift, ((k, offset), ...),
     flags)`` for the address it holds (shift 0) or holds shifted right by 4 with 4 bits of flags
-    above it; no allocations where it holds neither."""
+    above it; no allocations where it holds neither. ``first_byte``: the word's kernel reads or
+    writes at that address (:mod:`.torch_operands`), so an allocation that ends there is not what
+    it means, only one that holds the byte."""
     assert c.allocations is not None
     for shift in (0, 4):
         address = (word << shift) & ((1 << 64) - 1)
         found = c.allocations.containing(address)
+        if first_byte:
+            found = tuple((k, at) for k, at in found if at < c.allocations.blocks[k][1])
         if found:
             return shift, found, word >> (64 - shift) if shift else 0
     return 0, (), 0

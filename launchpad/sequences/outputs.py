@@ -15,7 +15,9 @@ of these holds; otherwise a copy node at the graph's end copies the output into 
 - no other allocation of the capture ever held any of its addresses (a freed temporary that sat
   there would make an address inside it mean either);
 - every word of every node that points into it points, in the control, into the same allocation
-  at the same offset;
+  at the same offset, and into it alone: an address at its end is also the next block's start,
+  unless the word's kernel reads or writes at that address (an operand's first byte of torch's
+  elementwise and reduce kernels, :mod:`.torch_operands`: then it means the block holding it);
 - no node holds the graph's addresses in a form launchpad cannot read: bytes that differ between
   the capture and the control are either a word of the graph's own memory (an address, or one
   shifted by 4 bits, into an allocation of each capture: not necessarily the same allocation,
@@ -43,6 +45,7 @@ from ..launch.executor import SK_POINTER
 from .analysis import Leaf, Plan, Storage, Use, _differ, both_pooled, referenced, same_word
 from .capture import Capture
 from .regions import region_bytes, region_label, regions
+from .torch_operands import first_byte_words
 
 __all__ = ["Index", "classify", "flatten", "held_bytes", "storages"]
 
@@ -169,17 +172,19 @@ def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capt
     """Every word that points into allocation ``a`` as a use of the storage; why not, where one fails."""
     assert final.allocations is not None
     for i, node in enumerate(nodes):
+        first_bytes = first_byte_words(node)
         for offset, size, param in regions(node):
             here = region_bytes(node, offset, size)
             if size != 8 or here is None:
                 continue
-            shift, found, _ = referenced(final, int.from_bytes(here, "little"))
+            first_byte = offset in first_bytes  # (an address at this block's end then means the next block)
+            shift, found, _ = referenced(final, int.from_bytes(here, "little"), first_byte)
             if not any(k == a for k, _ in found):
                 continue
             label = region_label(node, offset, size, param)
             if shift:
                 return f"{node.describe(i)}, {label} holds its address in another form (shifted)"
-            if len(found) > 1 or not same_word(final, control, i, offset, size, is_device_pointer):
+            if len(found) > 1 or not same_word(final, control, i, offset, size, is_device_pointer, first_byte):
                 return f"{node.describe(i)}, {label} points into it but does not follow it"
             if node.kind == "kernel" and "nccl" in node.name.lower():
                 return f"NCCL's kernel {node.name!r} (node {i}) writes it"

@@ -60,7 +60,7 @@ import struct
 
 from .capture import Node
 
-__all__ = ["unread"]
+__all__ = ["VECTORIZED", "closure_data_at", "closure_kind", "reduce_layout", "reduce_pointers_at", "unread"]
 
 Ranges = tuple[tuple[int, int], ...]
 
@@ -111,7 +111,10 @@ def _merged(ranges: list[tuple[int, int]]) -> Ranges:
 
 
 @functools.lru_cache(maxsize=4096)
-def _reduce_op(blob: bytes) -> Ranges:
+def reduce_layout(blob: bytes) -> tuple[int, int, int] | None:
+    """``(offset of input_calc, its dims, output_calc's dims)`` of a ``ReduceOp``'s bytes, where
+    one offset alone fits the layout (its 64 bytes of pointers and flags start at the 8-aligned
+    end of ``output_calc``); None otherwise."""
     input_size, output_size = _calc_size(1), _calc_size(2)
     found = []
     for at in range(0, len(blob) - input_size - output_size + 1, 4):
@@ -122,10 +125,23 @@ def _reduce_op(blob: bytes) -> Ranges:
         end = at + input_size + output_size
         if second is not None and _align(end, 8) + 64 == len(blob):
             found.append((at, first, second))
-    if len(found) != 1:
+    return found[0] if len(found) == 1 else None
+
+
+def reduce_pointers_at(at: int) -> int:
+    """Where a ``ReduceOp`` whose ``input_calc`` is at ``at`` holds ``src``, then ``dst[2]``,
+    ``acc_buf``, ``cta_buf``, ``semaphores``, ``base_idx``, ``accumulate``, ``final_output`` and
+    ``noutputs``."""
+    return _align(at + _calc_size(1) + _calc_size(2), 8)
+
+
+@functools.lru_cache(maxsize=4096)
+def _reduce_op(blob: bytes) -> Ranges:
+    layout = reduce_layout(blob)
+    if layout is None:
         return ()
-    at, first, second = found[0]
-    out = _calc_unread(at, first, 1) + _calc_unread(at + input_size, second, 2)
+    at, first, second = layout
+    out = _calc_unread(at, first, 1) + _calc_unread(at + _calc_size(1), second, 2)
     if at >= 64 and blob[at - 8] in (0, 1):  # ReduceConfig's last fields: bool vectorize_input, int output_vec_size
         out.append((at - 7, at - 4))  # (the padding between them)
     return _merged(out)
@@ -200,7 +216,7 @@ def _torch_lambda(f: str) -> bool:
 
 
 @functools.lru_cache(maxsize=1024)
-def _closure_kind(name: str) -> tuple[int, bool] | None:
+def closure_kind(name: str) -> tuple[int, bool] | None:
     """``(NARGS, whether the functor is a lambda of at::native)`` of the closure of the
     ``elementwise_kernel`` named ``name``, where its name says it is ``gpu_kernel_impl_nocast``'s
     and its functor's arity is known."""
@@ -215,15 +231,24 @@ def _closure_kind(name: str) -> tuple[int, bool] | None:
     return None if arity is None else (arity + 1, _torch_lambda(f))
 
 
+def closure_data_at(blob: bytes, nargs: int) -> int | None:
+    """Where ``data`` (``nargs`` pointers) sits in an ``elementwise_kernel`` closure's bytes: right
+    after the ``OffsetCalculator<nargs>`` at its start, whose ``dims`` and dividers must check out;
+    None where they do not, or the closure is too short to hold data and a functor after it."""
+    data_at = _align(_calc_size(nargs), 8)
+    if len(blob) < data_at + 8 * nargs + 8 or _dims(blob, 0, 1) is None:
+        return None
+    return data_at
+
+
 @functools.lru_cache(maxsize=4096)
 def _closure(blob: bytes, nargs: int, torch_lambda: bool) -> Ranges:
-    calc_end = _align(_calc_size(nargs), 8)
+    calc_end = closure_data_at(blob, nargs)
+    if calc_end is None:
+        return ()
     data_end = calc_end + 8 * nargs
-    if len(blob) < data_end + 8:  # data, then the functor and nvcc's word
-        return ()
     dims = _dims(blob, 0, 1)
-    if dims is None:
-        return ()
+    assert dims is not None
     out = _calc_unread(0, dims, nargs) + [(_calc_size(nargs), calc_end)]
     # nvcc's __host__ __device__ closure ends with a host-only ``void *`` (what its host wrapper
     # allocated): the last 8 bytes where the closure's alignment is 8 (its size not a multiple of
@@ -236,7 +261,7 @@ def _closure(blob: bytes, nargs: int, torch_lambda: bool) -> Ranges:
     return _merged(out)
 
 
-_VECTORIZED = re.compile(r"29vectorized_elementwise_kernelILi\d+E(?P<f>.+)St5arrayIPcLm\d+EEEEviT0_T1_$")
+VECTORIZED = re.compile(r"29vectorized_elementwise_kernelILi\d+E(?P<f>.+)St5arrayIPcLm(?P<n>\d+)EEEEviT0_T1_$")
 _EMPTY = re.compile(r"NS0_13BinaryFunctorI[a-z]{3}NS0_15binary_internal10(?:Mul|Div)FunctorI[a-z]EEEE$")
 
 
@@ -245,7 +270,7 @@ def _functor_kind(name: str) -> str | None:
     """What the functor of the ``vectorized_elementwise_kernel`` named ``name`` is: "empty" (a
     functor torch defines with no members: ``BinaryFunctor`` of ``MulFunctor`` or ``DivFunctor``),
     "lambda" (a lambda of at::native, nvcc's ``__host__ __device__`` one), or None."""
-    m = _VECTORIZED.search(name)
+    m = VECTORIZED.search(name)
     if m is None:
         return None
     f = m.group("f")
@@ -367,7 +392,7 @@ def unread(node: Node) -> Ranges:
     if "13reduce_kernelI" in name and "8ReduceOpI" in name and len(node.layout) == 1:
         start, size = node.layout[0]
         found = _reduce_op(bytes(node.block[start : start + size]))
-    elif "18elementwise_kernelI" in name and len(node.layout) == 2 and (kind := _closure_kind(name)) is not None:
+    elif "18elementwise_kernelI" in name and len(node.layout) == 2 and (kind := closure_kind(name)) is not None:
         start, size = node.layout[1]
         found = _closure(bytes(node.block[start : start + size]), *kind)
     elif "29vectorized_elementwise_kernelI" in name and len(node.layout) == 3 and (fkind := _functor_kind(name)):
