@@ -25,7 +25,7 @@ from ..launch import executor as _executor
 from ..launch import layouts as L
 from . import pyreplay as _pyreplay
 from .analysis import Use
-from .output_memory import Batch
+from .output_memory import Batch, Padded
 from .outputs import Index
 from .state import SequenceState
 from .updates import DEVICE, KERNEL, Target
@@ -94,7 +94,8 @@ def _builder(st: SequenceState) -> Callable[[tuple, tuple | None], Any] | None:
     if template is None and not leaves:
         return None
     if isinstance(template, Index) and leaves[0].kind == "storage" and len(st.plan.storages) == 1:
-        if isinstance(st.allocators[0], Batch) or getattr(st.allocators[0], "func", None) is torch.empty_strided:
+        allocate = st.allocators[0]
+        if isinstance(allocate, (Batch, Padded)) or getattr(allocate, "func", None) is torch.empty_strided:
             return None  # (allocated as the leaf itself)
 
     def build(fresh: tuple, current: tuple | None) -> Any:

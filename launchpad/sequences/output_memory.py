@@ -5,17 +5,27 @@ the output's own layout where it is its allocation's only view from its start, e
 are cut from (:func:`allocators`). Both replays (the Python one and ``_claunch.Replay``) ask the same
 allocators.
 
-An output of at most :data:`BATCH_PITCH` bytes (a training step's 0-d loss, a decode step's next
-token) takes its memory from a :class:`Batch`: ``torch.empty_strided`` costs a replay 2 µs of host
-time on an H100 host (torch's argument parsing, device guard and caching allocator), as much as a
-third of what the whole replay of a small training step costs beside its graph launch. A batch is one
-allocation of :data:`BATCH_COUNT` slots :data:`BATCH_PITCH` bytes apart (the caching allocator's
-smallest block: every slot as aligned as a tensor of its own), cut into that many tensors of the
-output's layout by one ``unbind`` (each detached: no autograd view of the batch, so in-place ops
-with tensors that require grad work on it as on a tensor of its own). What a user can tell apart
-from a tensor of its own: its storage is the batch's (a returned output held alive holds the
-batch's 32 KiB, ``torch.save`` writes them, and ``resize_`` grows it into the next slots, which
-later replays write), and it is never an inference tensor.
+The new memory holds every byte the graph may write (:func:`launchpad.sequences.outputs.held_bytes`):
+all of the output's allocation where the graph is re-pointed at it, which can be more than the view
+it returns (torch's 0-d loss of ``mse_loss`` starts a 256 KiB storage in a training step). The view
+is then still allocated as itself, at the start of that many bytes: cutting it from new bytes in
+Python (``set_``) cost an MLP training step's replay 6 µs of its 18 on an H100 host.
+
+An output's memory comes from a :class:`Batch` where a slot of :data:`BATCH_PITCH` bytes holds it
+(a training step's 0-d loss, a decode step's next token), or where its view is smaller than its
+memory and at least two slots fit in :data:`BATCH_BYTES` (the MLP's loss: 32 slots of 256 KiB):
+``torch.empty_strided`` costs a replay 2-4 µs of host time on an H100 host (torch's argument
+parsing, device guard and caching allocator) and a padded view 8 µs, as much as the whole replay of
+a small training step costs beside its graph launch. A batch is one allocation of up to
+:data:`BATCH_COUNT` slots a whole number of :data:`BATCH_PITCH` bytes apart (the caching
+allocator's smallest block: every slot as aligned as a tensor of its own), cut into that many
+tensors of the output's layout by one ``unbind`` below autograd's view tracking (each as a detached
+tensor is: no autograd view of the batch, so in-place ops with tensors that require grad work on it
+as on a tensor of its own; 1 µs a slot on an H100 host, 2.5 with a ``detach`` per slot). What a
+user can tell apart from a tensor of its own: its storage is the batch's (a returned output held
+alive holds the batch's memory, ``torch.save`` writes it, and ``resize_`` grows it into the next
+slots, which later replays write), and it is never an inference tensor. Any other output whose view
+is smaller than its memory is a :class:`Padded` tensor.
 
 A batch belongs to the stream it was allocated on (the caching allocator reuses its block on that
 stream once every slot is freed): a replay on another stream takes a tensor of its own
@@ -35,13 +45,16 @@ from ..launch import checks as _checks
 from .analysis import Plan
 from .outputs import held_bytes
 
-__all__ = ["BATCH_COUNT", "BATCH_PITCH", "Batch", "allocators", "torch_device"]
+__all__ = ["BATCH_BYTES", "BATCH_COUNT", "BATCH_PITCH", "Batch", "Padded", "allocators", "torch_device"]
 
 #: Bytes between a batch's slots (torch's caching allocator rounds every block up to 512) and the
 #: largest output a batch serves.
 BATCH_PITCH = 512
-#: Slots of one batch.
+#: Most slots of one batch.
 BATCH_COUNT = 64
+#: Most bytes of one batch of padded outputs (a batch holds at least two slots): a refill costs an
+#: H100 host 16 us plus 1 us a slot, the cost of a replay that takes it.
+BATCH_BYTES = 8 << 20
 
 
 def torch_device(device: int) -> torch.device:
@@ -49,29 +62,62 @@ def torch_device(device: int) -> torch.device:
     return torch.device("cuda", device) if device >= 0 else torch.device("cpu")
 
 
+class Padded:
+    """One tensor of an output's layout at the start of ``nbytes`` new bytes (more than the layout
+    reaches): ``torch.empty`` of the bytes as elements of the output's dtype, viewed in its layout
+    and detached (no autograd view of the bytes: in-place ops with tensors that require grad work
+    on it as on a tensor of its own)."""
+
+    def __init__(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: int,
+                 nbytes: int):  # fmt: skip
+        self.shape, self.stride, self.dtype, self.nbytes = shape, stride, dtype, nbytes
+        self._elements = -(-nbytes // dtype.itemsize)
+        self._where = torch_device(device)
+
+    def __call__(self) -> torch.Tensor:
+        memory = torch.empty(self._elements, dtype=self.dtype, device=self._where)
+        return memory.as_strided(self.shape, self.stride).detach()
+
+    def __repr__(self) -> str:
+        return f"Padded({self.shape}, {self.stride}, {self.dtype}, nbytes={self.nbytes})"
+
+
 class Batch:
-    """New memory for one small output, :data:`BATCH_COUNT` replays at a time (see the module
-    documentation). ``refill()`` allocates the next batch on torch's current stream; ``plain``
-    allocates one tensor of the layout, for a replay on another stream. ``_claunch.Replay`` keeps
+    """New memory for one output, :data:`BATCH_COUNT` replays at a time at most (see the module
+    documentation), each slot ``nbytes`` at least (where the graph may write more than the layout
+    reaches). ``refill()`` allocates the next batch on torch's current stream; ``plain`` allocates
+    one tensor of the layout (as large), for a replay on another stream. ``_claunch.Replay`` keeps
     the batch it took and the stream it took it on; calling the batch is the Python replay's way
     (under a lock of its own: the Python replay allocates outside the sequence's)."""
 
-    def __init__(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: int):
+    def __init__(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: int,
+                 nbytes: int = 0):  # fmt: skip
+        span = _span(shape, stride, dtype)
+        self.pitch = slot_pitch(max(nbytes, span))
+        self.count = batch_count(self.pitch)
         self.shape, self.stride, self.dtype, self.device = shape, stride, dtype, device
         where = torch_device(device)
-        self.plain = functools.partial(torch.empty_strided, shape, stride, dtype=dtype, device=where)
+        self.plain: Callable[[], torch.Tensor] = functools.partial(
+            torch.empty_strided, shape, stride, dtype=dtype, device=where
+        )
+        if nbytes > span:
+            self.plain = Padded(shape, stride, dtype, device, nbytes)
         self._where = where
-        self._layout = ((BATCH_COUNT, *shape), (BATCH_PITCH // dtype.itemsize, *stride))
+        self._layout = ((self.count, *shape), (self.pitch // dtype.itemsize, *stride))
         self._lock = threading.Lock()
         self._stream: int | None = None
         self._taken: list[torch.Tensor] = []
 
     def refill(self) -> tuple[torch.Tensor, ...]:
-        """:data:`BATCH_COUNT` new tensors of the output's layout, in one allocation on torch's
-        current stream (never inference tensors: a replay outside inference mode may return them)."""
+        """``count`` new tensors of the output's layout, in one allocation on torch's current stream
+        (never inference tensors: a replay outside inference mode may return them)."""
         with torch.inference_mode(False):
-            memory = torch.empty(BATCH_COUNT * BATCH_PITCH, dtype=torch.uint8, device=self._where)
-            return tuple(t.detach() for t in memory.view(self.dtype).as_strided(*self._layout).unbind(0))
+            memory = torch.empty(self.count * self.pitch, dtype=torch.uint8, device=self._where)
+            slots = memory.view(self.dtype).as_strided(*self._layout)
+            if _BELOW_VIEW_TRACKING is None:
+                return tuple(t.detach() for t in slots.unbind(0))
+            with _BELOW_VIEW_TRACKING():  # (tensors of the storage as detach makes them, 2.5x as fast)
+                return slots.unbind(0)
 
     def __call__(self) -> torch.Tensor:
         stream = _checks.current_raw_stream(self.device)
@@ -93,21 +139,43 @@ class Batch:
 
 
 def allocators(plan: Plan, device: int) -> list[Callable[[], torch.Tensor]]:
-    """How a replay gives each returned allocation new memory: a :class:`Batch`'s slot or one tensor
-    of its leaf's own layout where it is the allocation's only view from its start, else bytes its
-    views are cut from."""
+    """How a replay gives each returned allocation new memory (its held bytes, at least): a
+    :class:`Batch`'s slot, a :class:`Padded` tensor or one tensor of its leaf's own layout where
+    the leaf is the allocation's only view from its start, else bytes its views are cut from."""
     where = torch_device(device)
     out: list[Callable[[], torch.Tensor]] = []
     for k in range(len(plan.storages)):
         views = [leaf for leaf in plan.leaves if leaf.kind == "storage" and leaf.storage == k]
         leaf, held = views[0], held_bytes(plan, k)
-        span = (1 + sum((n - 1) * s for n, s in zip(leaf.shape, leaf.stride))) * leaf.dtype.itemsize
-        if len(views) == 1 and leaf.offset == 0 and span == held and all(leaf.shape):
-            if held <= BATCH_PITCH:  # (held is the leaf's span: its element fits too)
-                out.append(Batch(leaf.shape, leaf.stride, leaf.dtype, device))
+        span = _span(leaf.shape, leaf.stride, leaf.dtype)
+        if len(views) == 1 and leaf.offset == 0 and span <= held and all(leaf.shape):
+            if held <= BATCH_PITCH or (span < held and batch_count(slot_pitch(held)) >= 2):
+                out.append(Batch(leaf.shape, leaf.stride, leaf.dtype, device, held))
+            elif span < held:
+                out.append(Padded(leaf.shape, leaf.stride, leaf.dtype, device, held))
             else:
                 out.append(functools.partial(torch.empty_strided, leaf.shape, leaf.stride, dtype=leaf.dtype,
                                              device=where))  # fmt: skip
         else:
             out.append(functools.partial(torch.empty, max(held, 1), dtype=torch.uint8, device=where))
     return out
+
+
+def _span(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> int:
+    """Bytes from a layout's first element to the end of its last (of a layout with no 0 in its shape)."""
+    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * dtype.itemsize
+
+
+def slot_pitch(nbytes: int) -> int:
+    """Bytes between the slots of a batch whose slot holds ``nbytes``."""
+    return max(1, -(-nbytes // BATCH_PITCH)) * BATCH_PITCH
+
+
+def batch_count(pitch: int) -> int:
+    """Slots of a batch ``pitch`` bytes apart."""
+    return max(1, min(BATCH_COUNT, BATCH_BYTES // pitch))
+
+
+# Views made below torch's ADInplaceOrView key carry no autograd view of their base (as ``detach``'s
+# do): torch's own functorch uses this guard; without it, each slot is detached.
+_BELOW_VIEW_TRACKING = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
