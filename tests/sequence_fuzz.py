@@ -35,6 +35,7 @@ import gc
 import inspect
 import os
 import random
+import re
 import sys
 import threading
 import time
@@ -285,6 +286,10 @@ class Result:
         return "refused" if self.refused else "wrong" if self.wrong else "error" if self.errors else "ok"
 
 
+#: A C++ kernel's mangled name (torch's run to 300 characters and more), cut in a refusal's line.
+MANGLED = re.compile(r"_Z[A-Za-z0-9_]{48,}")
+
+
 def run_case(case: Case, replays: int, index: int = 0) -> Result:
     """Record the case's step, replay it ``replays`` times, compare; never raises."""
     start, t, junk = time.perf_counter(), Tracker(), []
@@ -295,7 +300,8 @@ def run_case(case: Case, replays: int, index: int = 0) -> Result:
         RUNNERS[case.kind](case, replays, t, gen, pyr, junk)
     except lp.RecordError as exc:
         if t.seq is None:
-            result.refused = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            result.refused = MANGLED.sub(lambda m: m[0][:48] + "...", first)[:400]  # (the reason, not the name)
         else:
             t.error("", exc)
     except Exception as exc:

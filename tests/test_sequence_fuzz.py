@@ -22,6 +22,8 @@ import sequence_fuzz_ops as fops
 import torch
 from sequence_fuzz_ops import ACTS, OPTIMIZERS, POOL
 
+import launchpad as lp
+
 gpu = pytest.mark.gpu  # (per test: the generator's tests below run without a GPU)
 SEED, STEPS, REPLAYS = 20261124, 60, 5
 
@@ -214,3 +216,23 @@ def test_the_harness_finds_outputs_a_later_replay_overwrote(on_cpu):
         assert not r.errors, fuzz.report(r, 3)
         found += [p for problems in r.problems.values() for p in problems if p.startswith("held output")]
     assert found
+
+
+def test_a_refusal_line_keeps_its_reason_past_a_mangled_kernel_name(on_cpu, monkeypatch):
+    """torch's kernels have mangled names of 300 characters and more: a refused step's line cuts the
+    name, not the reason after it."""
+    name = "_ZN2at6native18elementwise_kernelILi128ELi2EZNS0_22gpu_kernel_impl_nocast" + "Z" * 300 + "EEvi"
+    reason = f"node 7 (kernel {name!r}, not launchpad's), param 1, bytes 8-15 hold the reason"
+
+    def refuse(*args, **kwargs):
+        raise lp.RecordError(reason)
+
+    monkeypatch.setattr(lp, "record", refuse)
+    r = fuzz.run_case(fuzz.make_case(fuzz.case_seed(5, 0)), 3)
+    assert r.refused.startswith(
+        "node 7 (kernel '_ZN2at6native18elementwise_kernelILi128ELi2EZNS0...', not launchpad's)"
+    )
+    assert (
+        r.refused.endswith("param 1, bytes 8-15 hold the reason")
+        and "ZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZZ" not in r.refused
+    )
