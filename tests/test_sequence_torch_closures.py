@@ -256,6 +256,8 @@ def test_a_lambda_outside_at_native_keeps_its_last_word():
 
 
 VEC = "_ZN2at6native29vectorized_elementwise_kernelILi4E{f}St5arrayIPcLm{n}EEEEviT0_T1_"
+THRESHOLD = ("NS0_13BinaryFunctorIfffZNS0_67_GLOBAL__N__06c19b41_28_ActivationThresholdKernel_cu_751192d7_1581121"
+             "threshold_kernel_implIfEEvRNS_18TensorIteratorBaseET_S7_EUlffE_EE")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -270,6 +272,10 @@ VEC = "_ZN2at6native29vectorized_elementwise_kernelILi4E{f}St5arrayIPcLm{n}EEEEv
             ((24, 32),),
         ),  # captures, then nvcc's word
         ("ZZZNS0_9fake_cudaERNS_18TensorIteratorBaseEENKUlvE_clEvEUlfE_", 32, ()),  # alignment 16 or 8: unknown
+        ("ZZZNS0_9fake_cudaERNS_18TensorIteratorBaseEENKUlvE_clEvEUlfE_", 16, ((16, 24),)),  # 8 of captures, the word
+        (THRESHOLD, 16, ((16, 24),)),  # torch's ReLU backward (an MLP's training step): BinaryFunctor of a lambda
+        (THRESHOLD.replace("ZNS0_67", "ZN3ext67"), 16, ()),  # BinaryFunctor of a lambda not torch's
+        (THRESHOLD, 32, ()),  # alignment 16 or 8: unknown
         ("ZZZN3ext9fake_cudaERNS_18TensorIteratorBaseEENKUlvE_clEvEUlfE_", 1, ()),  # not torch's: convention unknown
         ("NS0_11FillFunctorIhEE", 1, ()),  # its byte is the fill value
         ("NS0_15CUDAFunctor_addIfEE", 4, ()),  # alpha

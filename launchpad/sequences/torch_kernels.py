@@ -263,28 +263,33 @@ def _closure(blob: bytes, nargs: int, torch_lambda: bool) -> Ranges:
 
 VECTORIZED = re.compile(r"29vectorized_elementwise_kernelILi\d+E(?P<f>.+)St5arrayIPcLm(?P<n>\d+)EEEEviT0_T1_$")
 _EMPTY = re.compile(r"NS0_13BinaryFunctorI[a-z]{3}NS0_15binary_internal10(?:Mul|Div)FunctorI[a-z]EEEE$")
+_BINARY_OF = re.compile(r"NS0_13BinaryFunctorI[^Z]+?(?P<f>Z+NS0_\d.*)EE")  # BinaryFunctor<a, b, out, a lambda>
 
 
 @functools.lru_cache(maxsize=1024)
 def _functor_kind(name: str) -> str | None:
     """What the functor of the ``vectorized_elementwise_kernel`` named ``name`` is: "empty" (a
     functor torch defines with no members: ``BinaryFunctor`` of ``MulFunctor`` or ``DivFunctor``),
-    "lambda" (a lambda of at::native, nvcc's ``__host__ __device__`` one), or None."""
+    "lambda" (a lambda of at::native, nvcc's ``__host__ __device__`` one, alone or as a ``BinaryFunctor``'s
+    one member), or None."""
     m = VECTORIZED.search(name)
     if m is None:
         return None
     f = m.group("f")
     if _EMPTY.match(f):
         return "empty"
-    return "lambda" if _torch_lambda(f) else None
+    wrapped = _BINARY_OF.fullmatch(f)  # (BinaryFunctor's one member is its func_t: the lambda's own layout)
+    return "lambda" if _torch_lambda(wrapped.group("f") if wrapped else f) else None
 
 
 def _functor(kind: str, size: int) -> Ranges:
     """The unread bytes of a functor parameter of ``size`` bytes: all of an empty one (a captureless
-    lambda is nvcc's empty struct), the host-only word a lambda with captures ends with."""
+    lambda is nvcc's empty struct), the host-only word a lambda with captures ends with: where its
+    alignment is 8, so that the word is its last 8 bytes: a size of 8 modulo 16, or 16 (a capture
+    aligned to 16 is 16 bytes at least, which with the word make 32)."""
     if size == 1:  # (both kinds: a lambda of one byte has no captures)
         return ((0, 1),)
-    if kind == "lambda" and size >= 16 and size % 16 == 8:
+    if kind == "lambda" and (size == 16 or (size > 16 and size % 16 == 8)):
         return ((size - 8, size),)
     return ()
 
