@@ -31,10 +31,11 @@ from launchpad.launch import checks as _checks
 from launchpad.sequences import capture as _capture
 from launchpad.sequences import sequence as _sequence
 from launchpad.sequences import updates as _updates
-from launchpad.sequences.allocations import Blocks
+from launchpad.sequences.allocations import Blocks, lifetimes
 from launchpad.sequences.capture import Capture, Node
 
 UPDATER = 0xAB00  # the fake updater's function handle
+CLOCK = "launchpad-node-clock-fake:"  # the fake node clock's metadata token
 COPIER = 0xAC00  # the fake copy kernel's (launchpad_copy_bytes), where nodes are updated from the device
 
 
@@ -105,6 +106,8 @@ class FakeGraphs:
         self.replays: list[int] = []  # graphs launched through torch's CUDAGraph.replay() (random numbers)
         self._pools: dict = {}  # a capture's graph -> the tensors of its pool (a later capture may share it)
         self.history = True  # whether captures come with their allocations (torch's allocator history)
+        self.timed = True  # whether a timed capture gets its allocations' lifetimes (torch's allocator metadata)
+        self.untimed_frees = False  # frees without a tick (another thread's, or one between ops of autograd's)
         monkeypatch.setattr(_capture, "capture", self.capture)
         monkeypatch.setattr(_sequence, "_no_host_sync", contextlib.nullcontext)
         monkeypatch.setattr(_sequence, "_random_offset", lambda device: self.random_offset)
@@ -143,8 +146,9 @@ class FakeGraphs:
         assert seq.replay_path == self.fake.executor
         return seq
 
-    def capture(self, fn, values, skip=frozenset(), pool=None, relaxed=False, generators=()):
+    def capture(self, fn, values, skip=frozenset(), pool=None, relaxed=False, generators=(), timed=False):
         self._capturing, self._kept, self._blocks, self._captured_ring = [], [], [], None
+        self._entries, self._ticks = [], []  # torch's history (allocations, frees) and a node clock's ticks
         self._shared = list(self._pools.get(pool, ()))  # a shared pool: the same blocks again, in order
         self.captures += 1
         try:
@@ -158,8 +162,21 @@ class FakeGraphs:
         graph = types.SimpleNamespace(instantiate=lambda: self._instantiate(nodes, exec_, ring),
                                       raw_cuda_graph_exec=lambda: exec_, pool=lambda: exec_, kept=kept,
                                       replay=lambda: self.replays.append(exec_) or self._launch(exec_, 0x5000))  # fmt: skip
-        blocks = Blocks(self._blocks) if self.history else None
+        spans = lifetimes(self._entries, CLOCK, self._ticks) if timed and self.timed else None
+        blocks = Blocks(self._blocks, spans) if self.history else None
         return Capture(graph, nodes, result, blocks)
+
+    def _history(self, action: str, address: int, size: int, ticked: bool = True) -> None:
+        """An entry of torch's allocator history, with the tick a node clock would give it (the
+        node count then: the allocation or free comes between the nodes made before and after)."""
+        if action == "alloc":
+            self._blocks.append((address, size))
+        label = ""
+        if ticked:
+            self._ticks.append((len(self._capturing), threading.get_ident()))
+            label = f"{CLOCK}{len(self._ticks) - 1}"
+            self._ticks.append((len(self._capturing), threading.get_ident()))  # (the thread's next tick)
+        self._entries.append({"action": action, "addr": address, "size": size, "user_metadata": label})
 
     def pool(self, tensor: torch.Tensor) -> torch.Tensor:
         """An intermediate the function allocates: kept as long as its capture's graph, as memory of
@@ -170,7 +187,7 @@ class FakeGraphs:
                 storage = self._shared.pop(0).untyped_storage()  # captured into another capture's pool
                 tensor = torch.empty(0, dtype=tensor.dtype).set_(storage, 0, tensor.shape, tensor.stride())
             self._kept.append(tensor)
-            self._blocks.append((tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes()))
+            self._history("alloc", tensor.untyped_storage().data_ptr(), tensor.untyped_storage().nbytes())
         return tensor
 
     def reuse(self, freed: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -179,7 +196,8 @@ class FakeGraphs:
         storage = freed.untyped_storage()
         tensor = torch.empty(0, dtype=freed.dtype).set_(storage, 0, shape)
         if self._capturing is not None:
-            self._blocks.append((storage.data_ptr(), tensor.numel() * tensor.element_size()))
+            self._history("free_requested", storage.data_ptr(), storage.nbytes(), ticked=not self.untimed_frees)
+            self._history("alloc", storage.data_ptr(), tensor.numel() * tensor.element_size())
         return tensor
 
     def _add(self, node: Node) -> None:

@@ -6,9 +6,12 @@ bytes make an output's addresses ambiguous."""
 
 from __future__ import annotations
 
+import itertools
 import struct
+import sys
+import threading
 
-from launchpad.sequences.allocations import Blocks
+from launchpad.sequences.allocations import Blocks, lifetimes
 from launchpad.sequences.analysis import same_word
 from launchpad.sequences.capture import Capture, Node
 
@@ -82,3 +85,130 @@ def test_a_word_at_the_address_two_touching_blocks_share_makes_the_output_a_copy
     storage = Storage(0x200)
     assert _follow(storage, 0, inside.nodes, inside, capture(control_blocks, 0x7F20_0000_1040), never) == ""
     assert [(u.node, u.offset) for u in storage.uses] == [(0, 0)]
+
+
+# --- lifetimes: which nodes may use an allocation, from a node clock's ticks ----------------------
+
+TOKEN = "launchpad-node-clock-test:"
+MAIN, AUTOGRAD = 1, 2  # thread idents
+
+
+def entry(action: str, address: int, tick: int | None, size: int = 512, token: str = TOKEN) -> dict:
+    return {"action": action, "addr": address, "size": size, "user_metadata": "" if tick is None else f"{token}{tick}"}
+
+
+def test_an_allocation_may_be_used_from_its_tick_to_its_threads_next_tick_after_the_free():
+    """Forward in the main thread, backward in autograd's: a temporary freed by the main thread at
+    tick 2 (10 nodes) may have been used until the main thread's next tick, 5 (40 nodes), not only
+    until autograd's tick 3 (12 nodes) that comes between: the free could have happened after it."""
+    ticks = [(4, MAIN), (6, MAIN), (10, MAIN), (12, AUTOGRAD), (30, AUTOGRAD), (40, MAIN)]
+    entries = [entry("alloc", 0x1000, 0), entry("alloc", 0x2000, 3), entry("free_requested", 0x1000, 2),
+               entry("free_completed", 0x1000, 5), entry("alloc", 0x1000, 5)]  # fmt: skip
+    assert lifetimes(entries, TOKEN, ticks) == [(4, 40), (12, sys.maxsize), (40, sys.maxsize)]
+    blocks = Blocks([(0x1000, 512), (0x2000, 512), (0x1000, 512)], lifetimes(entries, TOKEN, ticks))
+    assert [k for k in range(3) if blocks.possible(k, 20)] == [0, 1]  # node 20: not the block's second tenant
+    assert [k for k in range(3) if blocks.possible(k, 40)] == [1, 2]  # node 40: not the freed temporary
+    assert not blocks.possible(0, 3) and not blocks.possible(1, 11)  # made before they were allocated
+
+
+def test_a_tick_that_cannot_be_read_bounds_nothing():
+    """Metadata of another clock (or the user's own), none, a number past the last tick: the
+    allocation may have been made at any node, the free at any node after."""
+    ticks = [(4, MAIN), (6, MAIN)]
+    for label in (None, 7):
+        assert lifetimes([entry("alloc", 0x1000, label), entry("free_requested", 0x1000, label)], TOKEN, ticks) == \
+            [(0, sys.maxsize)]  # fmt: skip
+    other = [entry("alloc", 0x1000, 0, token="launchpad-node-clock-other:"), entry("free_requested", 0x1000, 1)]
+    assert lifetimes(other, TOKEN, ticks) == [(0, sys.maxsize)]  # (the free's thread ticks no more: unbounded)
+    assert lifetimes([{**entry("alloc", 0x1000, 0), "user_metadata": f"{TOKEN}x"}], TOKEN, ticks) == [(0, sys.maxsize)]
+    assert Blocks([(0x1000, 512)]).possible(0, 10**6)  # without lifetimes: any node
+
+
+class ThreadMetadata:
+    """torch's allocator metadata as torch 2.11 keeps it: one string per thread."""
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def set(self, text: str) -> None:
+        self.local.text = text
+
+    def get(self) -> str:
+        return getattr(self.local, "text", "")
+
+
+def test_a_node_clock_ticks_around_each_op_and_gives_the_metadata_back(monkeypatch):
+    """On the CPU (torch ops are dispatched alike): two ticks per op with the node count then, the
+    tick's number in the metadata while the op runs (what its allocations carry) and after it, and
+    the user's metadata back at the end."""
+    import torch
+
+    from launchpad.core import driver as _driver
+    from launchpad.sequences import allocations
+
+    metadata, counts = ThreadMetadata(), itertools.count(10)
+    monkeypatch.setattr(torch.cuda.memory, "_set_memory_metadata", metadata.set, raising=False)
+    monkeypatch.setattr(torch.cuda.memory, "_get_memory_metadata", metadata.get, raising=False)
+    monkeypatch.setattr(_driver, "capturing_graph", lambda stream: 0x6A)
+    monkeypatch.setattr(_driver, "graph_node_count", lambda graph: next(counts) if graph == 0x6A else -1)
+    allocations.clock_available.cache_clear()
+    assert allocations.clock_available()
+    metadata.set("the user's")
+    seen = []
+    with allocations.node_clock(0x5000) as clock:
+        assert clock is not None
+        x = torch.ones(4)
+        seen.append(metadata.get())
+        y = x * 2 + 1
+    assert torch.equal(y, torch.full((4,), 3.0))
+    assert metadata.get() == "the user's"
+    assert [count for count, _ in clock.ticks] == list(range(10, 10 + len(clock.ticks)))
+    assert len(clock.ticks) == 1 + 2 * 3  # the start, then ones, mul, add
+    assert seen == [f"{clock.token}2"]  # after ones: its closing tick
+    assert {thread for _, thread in clock.ticks} == {threading.get_ident()}
+    allocations.clock_available.cache_clear()
+
+
+def test_metadata_shared_by_all_threads_gives_no_clock(monkeypatch):
+    """Where one thread's metadata is every thread's, a free's bound (its thread's next tick) would
+    not hold: no clock, so outputs in reused blocks stay copied."""
+    import torch
+
+    from launchpad.core import driver as _driver
+    from launchpad.sequences import allocations
+
+    shared = {"text": ""}
+    monkeypatch.setattr(torch.cuda.memory, "_set_memory_metadata", lambda text: shared.update(text=text), raising=False)
+    monkeypatch.setattr(torch.cuda.memory, "_get_memory_metadata", lambda: shared["text"], raising=False)
+    monkeypatch.setattr(_driver, "capturing_graph", lambda stream: 0x6A)
+    allocations.clock_available.cache_clear()
+    try:
+        with allocations.node_clock(0x5000) as clock:
+            assert clock is None
+    finally:
+        allocations.clock_available.cache_clear()
+
+
+def test_an_address_two_blocks_share_means_what_every_capture_reads_there():
+    """The output's end is the next block's start in the capture that runs (the transformer step's
+    loss, whose 1 MiB block a gradient's follows on an H100): a word there means the next block
+    where the control, whose blocks lie apart, reads it so; it means the output's end where the
+    control reads that; where the control reads both, the output is copied."""
+    from launchpad.sequences.analysis import Storage
+    from launchpad.sequences.outputs import _follow
+
+    def two_words(blocks: list[tuple[int, int]], boundary: int, inside: int) -> Capture:
+        node = Node(handle=1, kind="kernel", function=7, name="k", layout=((0, 8), (8, 8)),
+                    block=struct.pack("<QQ", boundary, inside))  # fmt: skip
+        return Capture(graph=None, nodes=[node], result=None, allocations=Blocks(blocks))
+
+    final = two_words([(0x7F00_0000_1000, 0x200), (0x7F00_0000_1200, 0x200)], 0x7F00_0000_1200, 0x7F00_0000_1010)
+    apart = [(0x7F20_0000_1000, 0x200), (0x7F20_0000_9000, 0x200)]
+    for control_word, uses in ((0x7F20_0000_9000, [(8, 0x10)]), (0x7F20_0000_1200, [(0, 0x200), (8, 0x10)])):
+        storage = Storage(0x200)
+        assert _follow(storage, 0, final.nodes, final, two_words(apart, control_word, 0x7F20_0000_1010), never) == ""
+        assert [(u.offset, u.delta) for u in storage.uses] == uses
+    touching = two_words([(0x7F20_0000_1000, 0x200), (0x7F20_0000_1200, 0x200)], 0x7F20_0000_1200, 0x7F20_0000_1010)
+    assert "points into it but does not follow it" in _follow(Storage(0x200), 0, final.nodes, final, touching, never)
+    elsewhere = two_words(apart, 0x7F20_0000_1100, 0x7F20_0000_1010)  # into the output, at another offset
+    assert "points into it but does not follow it" in _follow(Storage(0x200), 0, final.nodes, final, elsewhere, never)

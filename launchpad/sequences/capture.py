@@ -23,7 +23,7 @@ import torch
 from ..core import driver as _driver
 from ..core import loader as _loader
 from ..errors import LaunchpadError, RecordError
-from .allocations import Blocks, History
+from .allocations import Blocks, History, clock_available, node_clock
 
 __all__ = [
     "MEMCPY_FIELDS",
@@ -91,6 +91,7 @@ class Capture:
     nodes: list[Node]
     result: Any
     allocations: Blocks | None = None
+    positions: list[int] | None = None  # each node's place among all the graph's (None: the same as in nodes)
 
     def release(self) -> None:
         """Drop the graph once the capture has been read (its nodes and allocation facts stay, which
@@ -99,11 +100,13 @@ class Capture:
 
 
 def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int] = frozenset(), pool: Any = None,
-            relaxed: bool = False, generators: Iterable[Any] = ()) -> Capture:  # fmt: skip
+            relaxed: bool = False, generators: Iterable[Any] = (), timed: bool = False) -> Capture:  # fmt: skip
     """Capture ``fn(**values)`` on torch's machinery (into the memory pool ``pool``, torch's pool
     handle, where given; in CUDA's relaxed capture mode where ``relaxed``, so that a kernel may
     compile and load meanwhile; with ``generators`` registered besides torch's default one);
-    snapshot the graph's nodes (those whose function is in ``skip``, launchpad's own, left out)."""
+    snapshot the graph's nodes (those whose function is in ``skip``, launchpad's own, left out).
+    ``timed``: under a :class:`~launchpad.sequences.allocations.NodeClock`, whose allocation
+    lifetimes (where torch gives them) come with the allocations."""
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     for generator in generators:
         graph.register_generator_state(generator)
@@ -115,10 +118,15 @@ def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int]
     if clear_workspaces is not None:
         clear_workspaces()
     history = History(torch.cuda.current_device())
+    timed = timed and clock_available()  # (asked before the capture: it starts a thread)
     try:
         with history:
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="relaxed" if relaxed else "global"):
-                result = fn(**values)
+                if timed:
+                    with node_clock(torch.cuda.current_stream().cuda_stream) as history.clock:
+                        result = fn(**values)
+                else:
+                    result = fn(**values)
             history.pool = graph.pool()
     except LaunchpadError:
         recover()
@@ -127,8 +135,9 @@ def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int]
         recover()
         raise RecordError(f"the function could not be captured: {failure(exc)}") from exc
     nodes = [snapshot(handle) for handle in _driver.graph_nodes(int(graph.raw_cuda_graph()))]
-    blocks = Blocks(history.blocks) if history.blocks is not None else None
-    return Capture(graph, [n for n in nodes if n.function not in skip], result, blocks)
+    blocks = Blocks(history.blocks, history.lifetimes) if history.blocks is not None else None
+    kept = [i for i, n in enumerate(nodes) if n.function not in skip]
+    return Capture(graph, [nodes[i] for i in kept], result, blocks, kept)
 
 
 def recover() -> None:

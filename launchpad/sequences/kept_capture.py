@@ -75,23 +75,48 @@ def keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: lis
     Where a word of the kept capture points into a re-pointed input without moving with it (the
     host's leftovers in bytes a kernel does not read, or a read no replay could follow), the input
     is copied into the sequence's own buffer instead and the capture made again: a word pointing
-    into that buffer reads the replay's values whatever it is."""
-    inputs = {name: (list(p.uses), p.copy, p.writes) for name, p in plan.inputs.items()}
-    nodes, storages_ = plan.nodes, [replace(s, uses=list(s.uses)) for s in plan.storages]
+    into that buffer reads the replay's values whatever it is.
+
+    The kept capture and its twin are timed (:func:`launchpad.sequences.outputs.storages`). The
+    clock's dispatch mode holds each op's tensors a little longer, which may change what a step
+    launches or the host's leftovers in a node's bytes: where the timed captures fail, they are
+    all made again without it."""
+    restore = _restorer(plan)
     try:
-        return _keep(fn, plan, values, firsts, device, function, generators)
+        return _keep_copying_stale(fn, plan, values, firsts, device, function, generators, restore, timed=True)
+    except RecordError:
+        restore()  # (the retry runs after the handler: its traceback holds the timed attempt's captures)
+    return _keep_copying_stale(fn, plan, values, firsts, device, function, generators, restore, timed=False)
+
+
+def _keep_copying_stale(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int], device: int,
+                        function: int, generators: tuple, restore: Callable[[], None], timed: bool) -> Kept:  # fmt: skip
+    try:
+        return _keep(fn, plan, values, firsts, device, function, generators, timed)
     except _StaleWords as stale:
         copy = stale.inputs  # (the retry runs after the handler: its traceback holds the first attempt's captures)
-    for name, p in plan.inputs.items():  # the plan as it was given
-        p.uses, p.copy, p.writes = inputs[name]
-    plan.nodes, plan.storages = nodes, storages_
+    restore()
     for name, why in copy.items():
         plan.inputs[name].copy = why
-    return _keep(fn, plan, values, firsts, device, function, generators)
+    return _keep(fn, plan, values, firsts, device, function, generators, timed)
+
+
+def _restorer(plan: Plan) -> Callable[[], None]:
+    """What puts ``plan`` back as it is now (its inputs' uses and copies, its nodes and storages)."""
+    inputs = {name: (list(p.uses), p.copy, p.writes) for name, p in plan.inputs.items()}
+    nodes, storages_ = plan.nodes, [replace(s, uses=list(s.uses)) for s in plan.storages]
+
+    def restore() -> None:
+        for name, p in plan.inputs.items():
+            uses, copy, writes = inputs[name]
+            p.uses, p.copy, p.writes = list(uses), copy, writes
+        plan.nodes, plan.storages = nodes, [replace(s, uses=list(s.uses)) for s in storages_]
+
+    return restore
 
 
 def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: list[int], device: int, function: int,
-          generators: tuple = ()) -> Kept:  # fmt: skip
+          generators: tuple, timed: bool) -> Kept:  # fmt: skip
     copies = [p for p in plan.inputs.values() if p.copy]
     _check_copies(copies, values)
     for p in copies:  # (what the function does with it cannot be seen: the copy back always runs)
@@ -109,14 +134,19 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
                    for k in copied}  # fmt: skip
         recorded = _wrapper(fn, plan, values, firsts, statics, holders, ring, function, copier, device)
         take = functools.partial(_capture.capture, recorded, run, skip=skip, generators=generators)
-        twin = take()
+        twin = take(timed=timed)  # (timed as the kept capture is: the clock moves some blocks)
         twin.result = None  # its memory free again for the kept capture, made into the same pool
         control = take()
         third = take()  # (a pool of its own while the control's is held: the graph's memory moves again)
         third.result = None
-        final = take(pool=twin.graph.pool())  # last: what fn left behind (a parameter's .grad) is the kept graph's
+        # last: what fn left behind (a parameter's .grad) is the kept graph's; timed: which nodes may use each of
+        # its allocations (outputs.storages), read in the capture itself
+        final = take(pool=twin.graph.pool(), timed=timed)
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
+        if len(final.nodes) != 2 * before + len(plan.nodes) + len(copied):  # (copies in, back, out)
+            raise RecordError(f"the recorded function launched {len(final.nodes)} nodes where its captures and "
+                              f"launchpad's copies make {2 * before + len(plan.nodes) + len(copied)}")  # fmt: skip
         storages(plan, firsts, final, control, twin, copied, is_pointer, third)
         # (the control and the third capture are kept until the inputs are verified: they tell the host's leftovers)
         others: tuple[_capture.Capture, ...] = (control, third)

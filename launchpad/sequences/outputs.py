@@ -13,7 +13,10 @@ position in the control. Its words are re-pointed at new memory each replay only
 of these holds; otherwise a copy node at the graph's end copies the output into the new memory:
 
 - no other allocation of the capture ever held any of its addresses (a freed temporary that sat
-  there would make an address inside it mean either);
+  there would make an address inside it mean either), unless the nodes tell them apart by when
+  they were made: the capture that runs is timed (:class:`~launchpad.sequences.allocations.NodeClock`),
+  which gives each allocation the nodes that may use it, and a word then means only an
+  allocation its node may use;
 - every word of every node that points into it points, in the control, into the same allocation
   at the same offset, and into it alone: an address at its end is also the next block's start,
   unless the word's kernel reads or writes at that address (an operand's first byte of torch's
@@ -148,6 +151,7 @@ def storages(plan: Plan, firsts: list[int], final: Capture, control: Capture, tw
     if len(leaves) != len(plan.leaves) or len(in_control) != len(plan.leaves):
         raise RecordError("the recorded function returns a different number of tensors on each capture")
     hidden = _hidden(final, control, twin, is_device_pointer, third)
+    timing = final.allocations if final.allocations is not None and final.allocations.lifetimes is not None else None
     for k, storage in enumerate(plan.storages):
         if k in copied:
             continue
@@ -161,35 +165,62 @@ def storages(plan: Plan, firsts: list[int], final: Capture, control: Capture, tw
         a = blocks.find(start)
         if a is None or a != others.find(in_control[firsts[k]].untyped_storage().data_ptr()):
             storage.copy = "launchpad cannot name the allocation it lives in"
-        elif blocks.shares(a):
+        elif blocks.shares(a) and timing is None:
             storage.copy = ("its memory held another allocation earlier in the step (a temporary freed before it was "
                             "allocated), so an address inside it may mean either")  # fmt: skip
         else:
-            storage.copy = _follow(storage, a, nodes, final, control, is_device_pointer)
+            storage.copy = _follow(storage, a, nodes, final, control, is_device_pointer, timing, third)
 
 
-def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capture, is_device_pointer: Any) -> str:
-    """Every word that points into allocation ``a`` as a use of the storage; why not, where one fails."""
+def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capture, is_device_pointer: Any,
+            timing: Any = None, third: Capture | None = None) -> str:  # fmt: skip
+    """Every word that points into allocation ``a`` as a use of the storage; why not, where one fails.
+    ``timing``: the capture's allocations with their lifetimes, by which a word means only what its
+    node may use. An address two allocations share (one's end, the next one's start) means what
+    it means in every capture: a reading the control (or the third capture, another pool, where
+    the blocks may lie apart) lacks is not what the word means."""
     assert final.allocations is not None
     for i, node in enumerate(nodes):
         first_bytes = first_byte_words(node)
+        place = final.positions[i] if final.positions is not None else i
         for offset, size, param in regions(node):
             here = region_bytes(node, offset, size)
             if size != 8 or here is None:
                 continue
             first_byte = offset in first_bytes  # (an address at this block's end then means the next block)
             shift, found, _ = referenced(final, int.from_bytes(here, "little"), first_byte)
+            if timing is not None:  # (a block another allocation held before or after: only the one alive then)
+                found = tuple((k, at) for k, at in found if timing.possible(k, place))
             if not any(k == a for k, _ in found):
                 continue
             label = region_label(node, offset, size, param)
             if shift:
                 return f"{node.describe(i)}, {label} holds its address in another form (shifted)"
+            others = [_readings(c, i, offset, first_byte) for c in (control, third) if c is not None]
+            known = [other for other in others if other is not None]
+            if len(found) > 1 and len(known) == len(others):  # (an address two allocations share: see above)
+                found = tuple(r for r in found if all(r in other for other in known))
+                if not any(k == a for k, _ in found):
+                    if any(k == a for other in known for k, _ in other):  # (into it elsewhere: does not follow)
+                        return f"{node.describe(i)}, {label} points into it but does not follow it"
+                    continue  # (the other allocation, in every capture)
             if len(found) > 1 or not same_word(final, control, i, offset, size, is_device_pointer, first_byte):
                 return f"{node.describe(i)}, {label} points into it but does not follow it"
             if node.kind == "kernel" and "nccl" in node.name.lower():
                 return f"NCCL's kernel {node.name!r} (node {i}) writes it"
             storage.uses.append(Use(i, offset, 8, SK_POINTER, label, param, found[0][1]))
     return "" if storage.uses else "no node launchpad can see points into it"
+
+
+def _readings(c: Capture, i: int, offset: int, first_byte: bool) -> tuple[tuple[int, int], ...] | None:
+    """What node ``i``'s word at ``offset`` may mean in capture ``c``: ``(k, offset)`` per allocation
+    (none where it is no address of ``c``'s); None where that cannot be read (no allocation facts,
+    no such node or bytes, an address held shifted)."""
+    here = region_bytes(c.nodes[i], offset, 8) if i < len(c.nodes) and c.allocations is not None else None
+    if here is None:
+        return None
+    shift, found, _ = referenced(c, int.from_bytes(here, "little"), first_byte)
+    return None if shift else found
 
 
 def _hidden(final: Capture, control: Capture, twin: Capture | None, is_device_pointer: Any,

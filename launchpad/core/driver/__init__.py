@@ -40,10 +40,12 @@ from .device import (
 )
 from .graphs import (
     KernelNode,
+    capturing_graph,
     child_graph,
     copy_node,
     graph_entry_points,
     graph_launch,
+    graph_node_count,
     graph_nodes,
     graph_upload,
     kernel_node,
@@ -94,6 +96,7 @@ __all__ = [
     "KernelNode",
     "allow_non_portable_cluster",
     "bindings_version",
+    "capturing_graph",
     "check",
     "check_driver",
     "child_graph",
@@ -117,6 +120,7 @@ __all__ = [
     "function_params",
     "graph_entry_points",
     "graph_launch",
+    "graph_node_count",
     "graph_nodes",
     "graph_upload",
     "init",

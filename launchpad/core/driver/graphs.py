@@ -20,10 +20,12 @@ from .launch import entry_points
 
 __all__ = [
     "KernelNode",
+    "capturing_graph",
     "child_graph",
     "copy_node",
     "graph_entry_points",
     "graph_launch",
+    "graph_node_count",
     "graph_nodes",
     "graph_upload",
     "kernel_node",
@@ -46,6 +48,19 @@ def graph_nodes(graph: int) -> list[int]:
     count = check(_cu.cuGraphGetNodes(g, 0), "cuGraphGetNodes")[1]
     nodes = check(_cu.cuGraphGetNodes(g, count), "cuGraphGetNodes")[0]
     return [int(n) for n in nodes[:count]]
+
+
+def graph_node_count(graph: int) -> int:
+    """How many nodes a graph holds (one being captured into too: its nodes so far)."""
+    return int(check(_cu.cuGraphGetNodes(_cu.CUgraph(graph), 0), "cuGraphGetNodes")[1])
+
+
+def capturing_graph(stream: int) -> int:
+    """The graph a stream is capturing into (``cuStreamGetCaptureInfo``); 0 where it captures none."""
+    found = check(_cu.cuStreamGetCaptureInfo(_cu.CUstream(stream)), "cuStreamGetCaptureInfo")
+    if found[0] != _cu.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_ACTIVE:
+        return 0
+    return int(found[2])
 
 
 def node_kind(node: int) -> str:
