@@ -291,6 +291,34 @@ def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_st
     assert len({t.data_ptr() for t in taken}) == len(taken) == 60000
 
 
+def test_a_layouts_span_is_the_bytes_from_its_lowest_element_to_past_its_highest():
+    """``layout_span``, against every element's offset (negative strides, 0 in the shape, 0-d and
+    stride 0 among them); ``tensor_span``, of tensors torch makes, against the formula each module
+    of the analysis had of its own (an empty tensor: 0)."""
+    import random
+
+    from launchpad.sequences.capture import layout_span, tensor_span
+
+    rng = random.Random(20260105)
+    for _ in range(2000):
+        shape = tuple(rng.choice([0, 1, 1, 2, 3, 5]) for _ in range(rng.randint(0, 4)))
+        stride = tuple(rng.randint(-7, 7) for _ in shape)
+        itemsize = rng.choice([1, 2, 4, 8])
+        offsets = [sum(i * s for i, s in zip(index, stride)) for index in itertools.product(*map(range, shape))]
+        brute = (max(offsets) - min(offsets) + 1) * itemsize if offsets else 0
+        assert layout_span(shape, stride, itemsize) == brute, (shape, stride, itemsize)
+    dtypes = [torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool, torch.complex64]
+    for _ in range(500):
+        shape = tuple(rng.choice([0, 1, 2, 3]) for _ in range(rng.randint(0, 3)))
+        stride = tuple(rng.randint(0, 5) for _ in shape)
+        base = torch.zeros(64, dtype=rng.choice(dtypes))
+        t = base.as_strided(shape, stride, rng.randint(0, 3))
+        old = (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size() if t.numel() else 0
+        assert tensor_span(t) == old, (shape, stride)
+    assert tensor_span(torch.zeros(4, 6)[:, ::2].t()) == (1 + 2 * 2 + 3 * 6) * 4
+    assert tensor_span(torch.zeros(())) == 4 and tensor_span(torch.zeros(3, 0)) == 0
+
+
 def test_a_scalar_after_the_padding_of_torchs_functor_is_followed(module, graphs):
     """``y = x * lr``: torch's functor is one 8-byte parameter, 4 bytes of uninitialized padding and
     the float. Padding that differs between every capture must not hide the float: replays multiply

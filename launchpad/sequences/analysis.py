@@ -48,7 +48,7 @@ import torch
 from ..core.params import Param
 from ..errors import RecordError
 from ..launch.executor import SK_INT, SK_POINTER, SK_UINT, slot_kind
-from .capture import Capture, Node
+from .capture import Capture, Node, tensor_span
 from .regions import region_bytes, region_label, regions
 from .same_launches import compare_child, refuse_opaque, same_structure
 from .scalars import FOREIGN_KINDS, scalar_bytes
@@ -317,7 +317,7 @@ def _explain(i: int, node: Node, offset: int, size: int, param: Param | None, la
         if size != 8:
             return None
         delta = int.from_bytes(here, "little") - old.data_ptr()
-        if 0 <= delta <= _span(old) and int.from_bytes(there, "little") - new.data_ptr() == delta:
+        if 0 <= delta <= tensor_span(old) and int.from_bytes(there, "little") - new.data_ptr() == delta:
             return Use(i, offset, 8, SK_POINTER, label, param, delta, _align(node, param, here))
         return None
     if param is not None:  # launchpad's kernel: its parameter's type, as a launch packs it
@@ -376,13 +376,6 @@ def _takes_kind(kind: int, value: Any) -> bool:
 
 def _whole_param(node: Node, offset: int, size: int) -> bool:
     return (offset, size) in (node.layout or ())
-
-
-def _span(tensor: torch.Tensor) -> int:
-    """Bytes from a tensor's first element to the end of its last."""
-    if tensor.numel() == 0:
-        return 0
-    return (1 + sum((n - 1) * s for n, s in zip(tensor.shape, tensor.stride()))) * tensor.element_size()
 
 
 def _align(node: Node, param: Param | None, value: bytes) -> int:

@@ -32,11 +32,13 @@ __all__ = [
     "capture",
     "failure",
     "far_probe",
+    "layout_span",
     "probe",
     "recover",
     "residue_probe",
     "rewrapped",
     "snapshot",
+    "tensor_span",
 ]
 
 #: Where a memcpy node's device addresses sit in its ``CUDA_MEMCPY3D`` (``srcDevice``,
@@ -204,8 +206,7 @@ def probe(value: Any) -> Any:
     float at least twice as far from zero (another encoding in every float format); a bool's
     negation."""
     if isinstance(value, torch.Tensor):
-        span = 1 + sum((n - 1) * s for n, s in zip(value.shape, value.stride())) if value.numel() else 1
-        nbytes = span * value.element_size()
+        nbytes = max(tensor_span(value), value.element_size())  # (one element at least, of an empty tensor too)
         raw = torch.empty(nbytes + 512, dtype=torch.uint8, device=value.device)
         shift = (value.data_ptr() - raw.data_ptr()) % 256 + 256
         flat = raw[shift : shift + nbytes].view(value.dtype)
@@ -222,6 +223,19 @@ def probe(value: Any) -> Any:
     if number != number or number in (float("inf"), float("-inf")):
         return 1.0
     return 2.0 * number + (1.0 if number >= 0 else -1.0)
+
+
+def layout_span(shape: tuple[int, ...], stride: tuple[int, ...], itemsize: int) -> int:
+    """Bytes from a layout's first element to the end of its last (from its lowest byte to one past
+    its highest, where a stride is negative: torch makes none); 0 where its shape holds a 0."""
+    if 0 in shape:
+        return 0
+    return (1 + sum((n - 1) * abs(s) for n, s in zip(shape, stride))) * itemsize
+
+
+def tensor_span(t: torch.Tensor) -> int:
+    """:func:`layout_span` of a tensor's own layout (an empty tensor's strides are never asked)."""
+    return layout_span(t.shape, t.stride(), t.element_size()) if t.numel() else 0
 
 
 def _int_width(value: int) -> int:

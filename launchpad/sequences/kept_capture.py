@@ -37,6 +37,7 @@ from ..launch.executor import SK_POINTER
 from . import capture as _capture
 from . import updates as _updates
 from .analysis import Plan, Use
+from .capture import tensor_span
 from .output_memory import torch_device
 from .outputs import flatten, held_bytes, storages
 from .regions import region_bytes, region_label, regions
@@ -262,7 +263,7 @@ def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any], val
                                       "sequence's copy of it: a replay would leave that node reading the recorded "
                                       "tensor")  # fmt: skip
                 x = values[name]
-                if not x.data_ptr() <= address < x.data_ptr() + _span(x):  # (a copy holds the view's bytes alone)
+                if not x.data_ptr() <= address < x.data_ptr() + tensor_span(x):  # (a copy holds the view's bytes alone)
                     raise RecordError(f"sequence input {name!r}: {where} but did not move with it, outside the "
                                       "tensor's own bytes: a replay would leave that node reading the recorded "
                                       "memory")  # fmt: skip
@@ -286,24 +287,20 @@ def _leftover(final: _capture.Capture, others: tuple[_capture.Capture, ...], i: 
 
 def _static_like(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     """A buffer of the sequence's own with ``x``'s layout, holding ``x``'s data; its byte span."""
-    span = _span(x)
+    span = tensor_span(x)
     flat = torch.empty(max(span // x.element_size(), 1), dtype=x.dtype, device=x.device)
     static = flat.as_strided(x.shape, x.stride())
     static.copy_(x)
     return static, span
 
 
-def _span(x: torch.Tensor) -> int:
-    return (1 + sum((n - 1) * s for n, s in zip(x.shape, x.stride()))) * x.element_size() if x.numel() else 0
-
-
 def _dense(x: torch.Tensor) -> bool:
-    return x.numel() * x.element_size() == _span(x)
+    return x.numel() * x.element_size() == tensor_span(x)
 
 
 def _overlap(x: torch.Tensor, y: torch.Tensor) -> bool:
     a, b = x.data_ptr(), y.data_ptr()
-    return a < b + _span(y) and b < a + _span(x)
+    return a < b + tensor_span(y) and b < a + tensor_span(x)
 
 
 def _capacity(plan: Plan, estimate: bool = False) -> int:

@@ -43,6 +43,7 @@ import torch
 
 from ..launch import checks as _checks
 from .analysis import Plan
+from .capture import layout_span
 from .outputs import held_bytes
 
 __all__ = ["BATCH_BYTES", "BATCH_COUNT", "BATCH_PITCH", "Batch", "Padded", "allocators", "torch_device"]
@@ -92,16 +93,16 @@ class Batch:
 
     def __init__(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: int,
                  nbytes: int = 0):  # fmt: skip
-        span = _span(shape, stride, dtype)
+        span = layout_span(shape, stride, dtype.itemsize)
         self.pitch = slot_pitch(max(nbytes, span))
         self.count = batch_count(self.pitch)
         self.shape, self.stride, self.dtype, self.device = shape, stride, dtype, device
         where = torch_device(device)
-        self.plain: Callable[[], torch.Tensor] = functools.partial(
-            torch.empty_strided, shape, stride, dtype=dtype, device=where
+        self.plain: Callable[[], torch.Tensor] = (
+            Padded(shape, stride, dtype, device, nbytes)
+            if nbytes > span
+            else functools.partial(torch.empty_strided, shape, stride, dtype=dtype, device=where)
         )
-        if nbytes > span:
-            self.plain = Padded(shape, stride, dtype, device, nbytes)
         self._where = where
         self._layout = ((self.count, *shape), (self.pitch // dtype.itemsize, *stride))
         self._lock = threading.Lock()
@@ -147,7 +148,7 @@ def allocators(plan: Plan, device: int) -> list[Callable[[], torch.Tensor]]:
     for k in range(len(plan.storages)):
         views = [leaf for leaf in plan.leaves if leaf.kind == "storage" and leaf.storage == k]
         leaf, held = views[0], held_bytes(plan, k)
-        span = _span(leaf.shape, leaf.stride, leaf.dtype)
+        span = layout_span(leaf.shape, leaf.stride, leaf.dtype.itemsize)
         if len(views) == 1 and leaf.offset == 0 and span <= held and all(leaf.shape):
             if held <= BATCH_PITCH or (span < held and batch_count(slot_pitch(held)) >= 2):
                 out.append(Batch(leaf.shape, leaf.stride, leaf.dtype, device, held))
@@ -159,11 +160,6 @@ def allocators(plan: Plan, device: int) -> list[Callable[[], torch.Tensor]]:
         else:
             out.append(functools.partial(torch.empty, max(held, 1), dtype=torch.uint8, device=where))
     return out
-
-
-def _span(shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype) -> int:
-    """Bytes from a layout's first element to the end of its last (of a layout with no 0 in its shape)."""
-    return (1 + sum((n - 1) * s for n, s in zip(shape, stride))) * dtype.itemsize
 
 
 def slot_pitch(nbytes: int) -> int:

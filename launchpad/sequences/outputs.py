@@ -46,7 +46,7 @@ import torch
 from ..errors import RecordError
 from ..launch.executor import SK_POINTER
 from .analysis import Leaf, Plan, Storage, Use, _differ, both_pooled, referenced, same_word
-from .capture import Capture
+from .capture import Capture, layout_span, tensor_span
 from .regions import region_bytes, region_label, regions
 from .torch_operands import first_byte_words
 
@@ -113,7 +113,7 @@ def classify(plan: Plan, base: Capture, control: Capture, probes: dict[str, Capt
         if owners:  # (a probe moves its input alone: one owner at most)
             name, x = owners[0], values[owners[0]]
             offset = t.data_ptr() - x.data_ptr()
-            if offset < 0 or offset + _span(t) > _span(x):
+            if offset < 0 or offset + tensor_span(t) > tensor_span(x):
                 raise RecordError(
                     f"the recorded function returns {_where(k)}, memory of input {name!r} outside the tensor itself "
                     "(its base or a neighbour): a replay cannot know that memory of a new input; return a view inside it"
@@ -267,17 +267,11 @@ def held_bytes(plan: Plan, k: int) -> int:
     if not storage.copy:
         return storage.nbytes
     reach = [
-        (leaf.offset + sum((n - 1) * st for n, st in zip(leaf.shape, leaf.stride)) + 1) * leaf.dtype.itemsize
+        leaf.offset * leaf.dtype.itemsize + layout_span(leaf.shape, leaf.stride, leaf.dtype.itemsize)
         for leaf in plan.leaves
         if leaf.kind == "storage" and leaf.storage == k and all(leaf.shape)
     ]
     return min(max(reach), storage.nbytes) if reach else storage.nbytes
-
-
-def _span(t: torch.Tensor) -> int:
-    if t.numel() == 0:
-        return 0
-    return (1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))) * t.element_size()
 
 
 def _where(k: int) -> str:

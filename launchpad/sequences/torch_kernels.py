@@ -235,20 +235,24 @@ def closure_data_at(blob: bytes, nargs: int) -> int | None:
     """Where ``data`` (``nargs`` pointers) sits in an ``elementwise_kernel`` closure's bytes: right
     after the ``OffsetCalculator<nargs>`` at its start, whose ``dims`` and dividers must check out;
     None where they do not, or the closure is too short to hold data and a functor after it."""
+    found = _closure_calc(blob, nargs)
+    return None if found is None else found[0]
+
+
+def _closure_calc(blob: bytes, nargs: int) -> tuple[int, int] | None:
+    """:func:`closure_data_at`, and the ``dims`` of the ``OffsetCalculator`` before it."""
     data_at = _align(_calc_size(nargs), 8)
-    if len(blob) < data_at + 8 * nargs + 8 or _dims(blob, 0, 1) is None:
-        return None
-    return data_at
+    dims = _dims(blob, 0, 1) if len(blob) >= data_at + 8 * nargs + 8 else None
+    return None if dims is None else (data_at, dims)
 
 
 @functools.lru_cache(maxsize=4096)
 def _closure(blob: bytes, nargs: int, torch_lambda: bool) -> Ranges:
-    calc_end = closure_data_at(blob, nargs)
-    if calc_end is None:
+    found = _closure_calc(blob, nargs)
+    if found is None:
         return ()
+    calc_end, dims = found
     data_end = calc_end + 8 * nargs
-    dims = _dims(blob, 0, 1)
-    assert dims is not None
     out = _calc_unread(0, dims, nargs) + [(_calc_size(nargs), calc_end)]
     # nvcc's __host__ __device__ closure ends with a host-only ``void *`` (what its host wrapper
     # allocated): the last 8 bytes where the closure's alignment is 8 (its size not a multiple of
