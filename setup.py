@@ -11,7 +11,7 @@ import os
 from setuptools import Extension, setup
 
 SOURCES = ["module.c", "launcher_build.c", "launcher.c", "configured.c", "tensors.c", "values.c", "tile.c", "bound.c",
-           "dispatch.c", "replay.c", "replay_build.c"]
+           "dispatch.c", "replay.c", "replay_build.c", "torch_fields.c"]
 
 claunch = Extension(
     "launchpad.launch._claunch",

@@ -95,6 +95,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"  {'driver':<14} {'CUDA ' + env['driver'] if env['driver'] else 'none (no CUDA driver found)'}")
     path, why = env["launch_path"]
     print(f"launch path: {path}" + (f" ({why})" if why else ""))
+    print(f"  tensor arguments: read {env['tensor_reads']}")
     strict = env["no_fallback"]
     print(f"  fallbacks to the Python executor: counted per kernel and sequence (Kernel.fallbacks, Sequence.fallbacks, "
           f"their repr); LAUNCHPAD_NO_FALLBACK={'set: one completed raises' if strict else 'unset: allowed'}")  # fmt: skip

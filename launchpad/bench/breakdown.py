@@ -5,9 +5,10 @@ Run on a GPU: ``python -m launchpad.bench.breakdown``. Each row is a launch (or 
 from the one above it by one piece of work, so the difference between rows is that piece's cost:
 the bound launch is the driver call with the GIL released; a launch of a kernel with no parameters
 adds the per-launch fixed work (device, entry, grid and block, stream); the raw-pointer launch adds
-three scalar arguments; the tensor launch adds reading two tensors through DLPack; the Triton
+three scalar arguments; the tensor launch adds reading two tensors from torch's fields (and the
+same launch through torch's DLPack exchange API, as before launchpad/launch/torch_fields.py); the Triton
 launch adds its constexpr check, two NULL scratch pointers and the launch-hook check. Then a
-32-tensor launch against its own C floor gives the cost of one tensor argument, and a C loop of
+32-tensor launch against its own C floor gives the cost of one tensor argument (both ways), and a C loop of
 torch's DLPack read (``dltensor_from_py_object_no_sync``, which every tensor argument costs) gives
 torch's share of it.
 """
@@ -15,10 +16,12 @@ torch's share of it.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -26,11 +29,28 @@ import torch
 import launchpad
 
 from ..launch import executor as _executor
+from ..launch import torch_fields as _torch_fields
 from .context import CPP_NAME, CPP_SOURCE, SWEEP_N, CFloor, Context, sweep_cpp_source
 from .harness import Timed
 from .launchers import pointer_value
 
 ROUNDS, BATCH = 40, 400
+
+
+def through_dlpack(call: Callable[[], object]) -> Callable[[int], None]:
+    """``count`` calls with every tensor read through torch's DLPack exchange API (the fields unset
+    for the batch, as ``LAUNCHPAD_TORCH_FIELDS=0`` leaves them): the same launch as before them."""
+
+    def batch(count: int) -> None:
+        fields = _torch_fields.current()
+        _executor._claunch.set_torch_fields(None)
+        try:
+            for _ in itertools.repeat(None, count):
+                call()
+        finally:
+            _executor._claunch.set_torch_fields(fields)
+
+    return batch
 
 
 def _time(calls: dict[str, Timed]) -> dict[str, float]:
@@ -102,11 +122,15 @@ def main() -> int:
         "bound launch (driver call, GIL released)": Timed(bound),
         "launch, no parameters (fixed per-launch work)": Timed(lambda: empty.launch(1, 1024)),
         "launch, 3 scalars (raw pointers and n)": Timed(lambda: k.launch(1, 1024, raw_x, raw_y, n)),
-        "launch, 2 tensors and n (DLPack reads)": Timed(lambda: k.launch(1, 1024, x, y, n)),
+        "launch, 2 tensors and n (torch's fields)": Timed(lambda: k.launch(1, 1024, x, y, n)),
+        "launch, 2 tensors and n, through DLPack": Timed(batch=through_dlpack(lambda: k.launch(1, 1024, x, y, n))),
         "launch, 2 tensors and n, stream= given": Timed(lambda: k.launch(1, 1024, x, y, n, stream=stream)),
         "Triton cubin launch (x, y, n; BLOCK built in)": Timed(lambda: tri.launch(1, None, x, y, n)),
         "C floor, 32 pointers and n": Timed(batch=wide_floor),
         "launch, 32 tensors and n": Timed(lambda: wide.launch(1, SWEEP_N, *many, SWEEP_N)),
+        "launch, 32 tensors and n, through DLPack": Timed(
+            batch=through_dlpack(lambda: wide.launch(1, SWEEP_N, *many, SWEEP_N))
+        ),
         "torch: one tensor's DLPack read (C loop)": Timed(batch=lambda count: dlpack_loop(x, count)),
         "python: torch._C._cuda_getDevice()": Timed(lambda: get_device()),
         "python: torch._C._cuda_getCurrentRawStream(0)": Timed(lambda: get_stream(0)),
@@ -129,8 +153,12 @@ def main() -> int:
     fixed = medians["launch, no parameters (fixed per-launch work)"] - base
     wide_cost = medians["launch, 32 tensors and n"] - medians["C floor, 32 pointers and n"]
     per_tensor, read = (wide_cost - fixed) / 32, medians["torch: one tensor's DLPack read (C loop)"]
-    print(f"one tensor argument: {per_tensor:.0f} ns ((32-tensor launch over its floor - the fixed work) / 32), "
-          f"of which torch's DLPack read {read:.0f} ns ({read / per_tensor:.0%})")  # fmt: skip
+    dlpack_tensor = (
+        medians["launch, 32 tensors and n, through DLPack"] - medians["C floor, 32 pointers and n"] - fixed
+    ) / 32
+    print(f"one tensor argument: {per_tensor:.0f} ns read from torch's fields, {dlpack_tensor:.0f} ns through DLPack "
+          f"((32-tensor launch over its floor - the fixed work) / 32); torch's DLPack read alone: {read:.0f} ns; "
+          f"tensor reads: {_torch_fields.state()}")  # fmt: skip
     return 0
 
 

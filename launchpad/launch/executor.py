@@ -33,6 +33,7 @@ from . import hooks as _hooks
 from . import layouts as _layouts
 from . import memory as _memory
 from . import pylaunch as _pylaunch
+from . import torch_fields as _torch_fields
 from .refusals import Fail
 
 __all__ = ["NOT_BUILT", "Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_ops", "slot_kind"]
@@ -85,6 +86,17 @@ def launch_path() -> tuple[str, str]:
             f"torch {torch.__version__} has no DLPack C exchange API (torch.Tensor.__dlpack_c_exchange_api__)",
         )
     return "compiled", ""
+
+
+def _learning_fields(entry: Callable[[int], Any]) -> Callable[[int], Any]:
+    """``entry`` (a loader's, called at a kernel's first launch on a device), learning torch's tensor
+    fields for that device first (:mod:`launchpad.launch.torch_fields`; once per process)."""
+
+    def first_launch_entry(device: int) -> Any:
+        _torch_fields.ensure(_claunch, device)
+        return entry(device)
+
+    return first_launch_entry
 
 
 @functools.cache
@@ -348,6 +360,9 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
         stream = devices.current_stream
         if stream is None and not _exchange_api_types():
             stream = _checks.current_raw_stream
+        _torch_fields.ensure(_claunch, -1)
+        if torch.cuda.is_initialized():  # a device whose module is loaded already may never call entry_fn
+            _torch_fields.ensure(_claunch, torch.cuda.current_device())
         launcher = _claunch.Launcher(_layouts.LauncherTable(
             ops=plan_ops(spec, ctx),
             offsets=tuple(p.offset for p in spec.params),
@@ -355,7 +370,8 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
             nargs_min=(required[-1] + 1) if required else 0,
             nargs_max=count,
             plan=plan,
-            entries=loader.entries, entry_fn=loader.entry, python_launch=python.launch, get_device=python.get_device,
+            entries=loader.entries, entry_fn=_learning_fields(loader.entry), python_launch=python.launch,
+            get_device=python.get_device,
             get_stream=stream, scratch=_memory.scratch, same_value=_checks.same_value,
             coresident=loader.coresident_blocks, ctx=ctx,
             hooks=_layouts.HookCheck(*hooks.check) if hooks else None,  # (dict, names, calls): hooks.py

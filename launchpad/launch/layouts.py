@@ -31,6 +31,7 @@ __all__ = [
     "Ring",
     "Slot",
     "Staged",
+    "TorchFields",
 ]
 
 
@@ -91,6 +92,33 @@ class LauncherTable(NamedTuple):
     ctx: Any  # the kernel's checks Context (its kernel_name names a fallback's error)
     hooks: HookCheck | None
     tensor_types: tuple[type, ...]  # read through the DLPack exchange API
+
+
+class TorchFields(NamedTuple):
+    """Where this process's torch keeps a plain tensor's address, dtype and device
+    (``_claunch.set_torch_fields``; learned and checked by :mod:`launchpad.launch.torch_fields`).
+    Offsets are bytes into the object named."""
+
+    impl_at: int  # THPVariable: the TensorImpl pointer
+    guard: tuple[int, ...]  # THPVariable: the words from offset 16 to impl_at, as every plain tensor has them
+    impl_type: int  # TensorImpl's first word (its vtable) in a plain TensorImpl
+    keys_at: int  # TensorImpl: the dispatch key set
+    keys: tuple[int, ...]  # the key sets plain dense tensors have
+    storage_at: int  # TensorImpl: the StorageImpl pointer
+    offset_at: int  # TensorImpl: the storage offset, in elements
+    numel_at: int  # TensorImpl: the element count
+    dtype_at: int  # TensorImpl: the dtype's TypeMeta index (2 bytes)
+    device_at: int  # TensorImpl: optional<Device>: the type byte, the index byte, "engaged"
+    dtypes: tuple[tuple[int, int, int], ...]  # (TypeMeta index, DLPack dtype word, itemsize)
+    storage_type: int  # StorageImpl's first word (its vtable)
+    data_at: int  # StorageImpl: the data pointer
+    deleter_at: int  # StorageImpl: the data's deleter
+    deleters: tuple[int, ...]  # the deleters of the allocators the probes used
+    device_types: tuple[int, int]  # the device type bytes of the CPU and of CUDA (-1: not learned)
+    ndim_at: int  # TensorImpl: SizesAndStrides' rank
+    sizes_at: int  # TensorImpl: its inline sizes (up to 5 dimensions)
+    strides_at: int  # TensorImpl: its inline strides
+    check_at: int  # StorageImpl: the byte that says torch's data_ptr() checks, warns or materializes first
 
 
 # --- a Replay (replay_build.c) ----------------------------------------------------------------------

@@ -4,6 +4,7 @@ cache. ``python -m launchpad info`` prints it; the benchmarks record it with the
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import sys
 from pathlib import Path
@@ -154,6 +155,21 @@ def cache_summary() -> dict[str, Any]:
     }
 
 
+def _tensor_reads() -> str:
+    """How the compiled executor reads a tensor argument here (its fields are learned on the CPU now;
+    a launch learns CUDA's at its first launch on a device)."""
+    from ..launch import executor, torch_fields
+
+    if executor._claunch is None:
+        return "by the Python executor"
+    if os.environ.get("LAUNCHPAD_TORCH_FIELDS", "") == "0":
+        return "through torch's DLPack exchange API (LAUNCHPAD_TORCH_FIELDS=0)"
+    fields, why = torch_fields.learn(executor._claunch)
+    if fields is None:
+        return f"through torch's DLPack exchange API ({why})"
+    return "from torch's tensor fields, checked against its DLPack exchange API (CUDA's at a first launch)"
+
+
 def environment() -> dict[str, Any]:
     """Everything ``info`` reports, as a JSON-ready dict (the benchmarks record it too)."""
     import torch
@@ -168,6 +184,7 @@ def environment() -> dict[str, Any]:
         "cpu": cpu_model(),
         "launchpad": launchpad.__version__,
         "launch_path": list(launchpad.launch_path()),
+        "tensor_reads": _tensor_reads(),
         "packages": package_versions(),
         "launchpad_installed_by": import_package_owners(),
         "torch_cuda": torch.version.cuda,

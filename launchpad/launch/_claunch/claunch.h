@@ -238,8 +238,23 @@ enum { LP_OK = 0, LP_FALLBACK = 1 };
 
 /* values.c: one operation's argument into the buffer (LP_OK or LP_FALLBACK; never raises). */
 int lp_run_op(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs);
-/* tensors.c: a torch tensor read through the DLPack API (LP_OK and *out filled, or LP_FALLBACK). */
+/* tensors.c: a torch tensor read from its fields (torch_fields.c) or through the DLPack API (LP_OK and
+ * *out filled, or LP_FALLBACK). */
 int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out);
+/* torch_fields.c: a plain torch tensor read from torch's objects at the offsets set by set_torch_fields:
+ * LP_OK and *out filled as the DLPack export fills it (shape and strides too; the offset folded into
+ * data), or LP_FALLBACK (no exception set) for anything it does not take, which the caller reads
+ * through the exchange API. The pointer form leaves shape and strides NULL and takes any rank. */
+int lp_torch_tensor(PyObject *obj, DLTensor *out);
+int lp_torch_pointer(PyObject *obj, DLTensor *out);
+/* torch_fields.c: its module functions (module.c lists them) */
+PyObject *lp_set_torch_fields(PyObject *module, PyObject *arg);
+PyObject *lp_torch_tensor_py(PyObject *module, PyObject *args);
+PyObject *lp_dlpack_tensor(PyObject *module, PyObject *args);
+/* tensors.c: a tensor argument's address, dtype word and device (-1: the CPU): torch_fields.c's read
+ * where it takes the tensor, else the exchange API's (types not in tensor_types: LP_FALLBACK). */
+int lp_read_pointer(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, uint64_t *address,
+                    uint32_t *dtype, int *device);
 /* tensors.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch), and its DLPack
  * dtype word (code | bits << 8 | lanes << 16). */
 int lp_on_device(const DLTensor *t, int device);
@@ -283,7 +298,7 @@ PyObject *lp_fallback(Launcher *self, PyObject *grid, PyObject *block, PyObject 
  * _claunch.LAYOUTS and compared with the Python NamedTuples by tests/test_layouts.py. */
 PyObject *lp_named(PyObject *obj, const char *const *fields, const char *layout);
 extern const char *const LP_SLOT_FIELDS[], *const LP_OP_FIELDS[], *const LP_HOOK_FIELDS[], *const LP_PLAN_FIELDS[],
-    *const LP_LAUNCHER_FIELDS[], *const LP_ENTRY_FIELDS[];
+    *const LP_LAUNCHER_FIELDS[], *const LP_ENTRY_FIELDS[], *const LP_TORCH_FIELDS_FIELDS[];
 extern const char *const LP_REPLAY_USE_FIELDS[], *const LP_REPLAY_INPUT_FIELDS[], *const LP_REPLAY_OUTPUT_FIELDS[],
     *const LP_DEVICE_TARGET_FIELDS[], *const LP_KERNEL_TARGET_FIELDS[], *const LP_COPY_TARGET_FIELDS[],
     *const LP_GRAPH_ENTRY_FIELDS[], *const LP_RING_FIELDS[], *const LP_STAGED_FIELDS[], *const LP_REPLAY_FIELDS[];

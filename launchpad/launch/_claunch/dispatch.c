@@ -100,11 +100,12 @@ static int key_of(Dispatcher *self, Py_ssize_t i, PyObject *v, uint64_t *out) {
     } else if (PyFloat_CheckExact(v)) {
         out[0] = TAG_RUNTIME_FLOAT, out[1] = 0;
     } else {
-        DLTensor t;
-        if (lp_read_tensor(self->api, self->tensor_types, v, &t) != LP_OK) return LP_FALLBACK;
-        uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
+        uint64_t address;
+        uint32_t dtype;
+        int device;
+        if (lp_read_pointer(self->api, self->tensor_types, v, &address, &dtype, &device) != LP_OK) return LP_FALLBACK;
         out[0] = TAG_TENSOR | (uint64_t)((address & 15) == 0) << 8;
-        out[1] = (uint64_t)t.dtype.code | (uint64_t)t.dtype.bits << 8 | (uint64_t)t.dtype.lanes << 16;
+        out[1] = dtype;
     }
     return LP_OK;
 }

@@ -1,5 +1,5 @@
-/* torch tensors read through the DLPack C exchange API: the tensor's device, dtype and memory, as
- * every tensor-taking operation needs them. Its own file, below values.c (plain arguments), tile.c
+/* torch tensors read from torch's fields (torch_fields.c), else through the DLPack C exchange API: the
+ * tensor's device, dtype and memory, as every tensor-taking operation needs them. Its own file, below values.c (plain arguments), tile.c
  * (cuTile arrays), dispatch.c and replay.c, which all read tensors: none of those calls another to
  * read one, so the C sources have no cycle.
  *
@@ -25,17 +25,37 @@ const DLPackExchangeAPI *lp_exchange_api(PyObject *tensor_type) {
 
 /* Only torch.Tensor and torch.nn.Parameter themselves: other subclasses (fake, functional,
  * distributed tensors) may have no storage of their own; the Python executor decides for them. */
-int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out) {
+static int known_type(PyObject *tensor_types, PyObject *obj) {
     PyObject *type = (PyObject *)Py_TYPE(obj);
-    if (api == NULL) return LP_FALLBACK;
     int known = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tensor_types); i++)
         known |= PyTuple_GET_ITEM(tensor_types, i) == type;
-    if (!known) return LP_FALLBACK;
+    return known;
+}
+
+int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out) {
+    if (api == NULL || !known_type(tensor_types, obj)) return LP_FALLBACK;
+    if (lp_torch_tensor(obj, out) == LP_OK) return LP_OK;
     if (api->dltensor_from_py_object_no_sync(obj, out) != 0) {
         PyErr_Clear();
         return LP_FALLBACK;
     }
+    return LP_OK;
+}
+
+int lp_read_pointer(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, uint64_t *address,
+                    uint32_t *dtype, int *device) {
+    DLTensor t;
+    if (api == NULL || !known_type(tensor_types, obj)) return LP_FALLBACK;
+    if (lp_torch_pointer(obj, &t) != LP_OK && api->dltensor_from_py_object_no_sync(obj, &t) != 0) {
+        PyErr_Clear();
+        return LP_FALLBACK;
+    }
+    if (t.device.device_type == kDLCPU) *device = -1;
+    else if (t.device.device_type == kDLCUDA) *device = t.device.device_id;
+    else return LP_FALLBACK;
+    *address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
+    *dtype = lp_dtype_word(&t);
     return LP_OK;
 }
 

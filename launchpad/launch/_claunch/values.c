@@ -85,10 +85,11 @@ static int pack_pointer(Launch *L, char *at, PyObject *obj, uint32_t dtype, int6
         address = PyLong_AsUnsignedLongLong(obj);
         if (address == (uint64_t)-1 && PyErr_Occurred()) return fallback_clearing();
     } else {
-        DLTensor t;
-        if (lp_read_tensor(L->self->api, L->self->tensor_types, obj, &t) != LP_OK || !lp_on_device(&t, L->device)) return LP_FALLBACK;
-        if (dtype && lp_dtype_word(&t) != dtype) return LP_FALLBACK;
-        address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
+        uint32_t word;
+        int device;
+        if (lp_read_pointer(L->self->api, L->self->tensor_types, obj, &address, &word, &device) != LP_OK ||
+            device != (L->device < 0 ? -1 : L->device) || (dtype && word != dtype))
+            return LP_FALLBACK;
     }
     if (align && address % (uint64_t)align) return LP_FALLBACK;
     memcpy(at, &address, 8);

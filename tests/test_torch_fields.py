@@ -1,0 +1,205 @@
+"""The compiled executor's read of a tensor pointer from torch's own fields
+(launchpad/launch/torch_fields.py, _claunch/torch_fields.c), against torch's DLPack exchange API.
+
+Differential, on the CPU: thousands of random tensors (dtypes, views, strides, offsets, autograd,
+inference mode, storages changed in place) must read exactly what the exchange API exports, or be
+handed to it; the tensors whose address is not their storage's data (copy-on-write, conjugate,
+negative and zero views, functional and batched wrappers, subclasses, foreign memory, empty) must
+always be handed to it. The CUDA half runs in tests/test_gpu_core.py's launches on the device.
+"""
+
+from __future__ import annotations
+
+import random
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from conftest import why_executor_unavailable
+
+from launchpad.launch import executor as _executor
+from launchpad.launch import torch_fields
+
+pytestmark = pytest.mark.skipif(bool(why_executor_unavailable("compiled")),
+                                reason=why_executor_unavailable("compiled") or "")  # fmt: skip
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.int16, torch.int32,
+          torch.int64, torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.uint16, torch.uint32,
+          torch.uint64, torch.float8_e4m3fn, torch.float8_e5m2]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def claunch():
+    return _executor._claunch
+
+
+@pytest.fixture(scope="module")
+def fields(claunch):
+    learned, why = torch_fields.learn(claunch)
+    assert learned is not None, why
+    return learned
+
+
+def random_tensor(rng: random.Random) -> torch.Tensor:
+    """A tensor as a program has them: made, viewed, reshaped, with history in its storage."""
+    dtype = rng.choice(DTYPES)
+    shape = [rng.randint(1, 9) for _ in range(rng.randint(1, 4))]
+    base = torch.empty(*shape, dtype=dtype)
+    grads = dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+    if grads and rng.random() < 0.3:
+        base.requires_grad_(True)
+        base = base * 1 if rng.random() < 0.5 else base
+    t = base
+    for _ in range(rng.randint(0, 3)):
+        op = rng.randrange(8)
+        if op == 0 and t.dim() > 0 and t.shape[0] > 1:
+            t = t[rng.randrange(1, t.shape[0]) :]
+        elif op == 1 and t.dim() > 1:
+            t = t.transpose(0, t.dim() - 1)
+        elif op == 2:
+            t = t.unsqueeze(rng.randint(0, t.dim()))
+        elif op == 3 and t.dim() > 0 and t.shape[-1] > 2:
+            t = t[..., :: rng.randint(2, 3)]
+        elif op == 4:
+            t = t.detach()
+        elif op == 5 and t.dim() > 0 and t.shape[0] == 1:
+            t = t.expand(rng.randint(2, 4), *t.shape[1:])
+        elif op == 6 and not t.requires_grad:
+            t = torch.nn.Parameter(t.detach().clone(), requires_grad=grads and rng.random() < 0.5)
+        elif op == 7 and not t.requires_grad:
+            t = t.detach().clone().resize_(rng.randint(1, 200))  # a storage that grew in place
+    return t
+
+
+def test_learned_fields_read_what_the_exchange_api_exports_on_random_tensors(claunch, fields):
+    rng = random.Random(20261128)
+    fast = 0
+    for _ in range(3000):
+        t = random_tensor(rng)
+        pointer = claunch.torch_tensor(fields, t, False)
+        assert pointer == claunch.dlpack_tensor(t, False), (t.dtype, t.shape, t.stride(), t.storage_offset())
+        assert pointer[0] == t.data_ptr()
+        read = claunch.torch_tensor(fields, t, True)
+        if t.dim() > 5:
+            assert read is None  # torch keeps six or more sizes out of line: the exchange API reads them
+            continue
+        assert read == claunch.dlpack_tensor(t, True), (t.dtype, t.shape, t.stride(), t.storage_offset())
+        assert read[6:] == (tuple(t.shape), t.stride())
+        fast += 1
+    assert fast > 2900
+
+
+def test_more_than_five_dimensions_read_the_pointer_alone(claunch, fields):
+    t = torch.randn(2, 3, 1, 2, 2, 3)[1:]
+    assert claunch.torch_tensor(fields, t, False) == claunch.dlpack_tensor(t, False)
+    assert claunch.torch_tensor(fields, t, True) is None  # torch keeps six sizes out of line
+
+
+def test_an_inference_tensor_and_a_changed_storage_are_read_as_they_are_now(claunch, fields):
+    with torch.inference_mode():
+        made = torch.arange(40.0)[3:]
+    assert claunch.torch_tensor(fields, made, True) == claunch.dlpack_tensor(made, True)
+    t = torch.randn(64)
+    before = claunch.torch_tensor(fields, t, True)
+    t.set_(torch.randn(8, dtype=torch.float32).untyped_storage(), 2, (5,))
+    assert claunch.torch_tensor(fields, t, True) == claunch.dlpack_tensor(t, True) != before
+    t.data = torch.randn(9, 9)
+    assert claunch.torch_tensor(fields, t, True) == claunch.dlpack_tensor(t, True)
+    t.resize_(4096)  # reallocates
+    assert claunch.torch_tensor(fields, t, True) == claunch.dlpack_tensor(t, True)
+
+
+class Wrapper(torch.Tensor):
+    """A wrapper subclass (as DTensor and FakeTensor are): no memory of its own."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        return torch.Tensor._make_wrapper_subclass(cls, inner.shape, dtype=inner.dtype)
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        raise NotImplementedError(func)
+
+
+def refused() -> list[tuple[str, torch.Tensor]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # nested tensors' "prototype" warning
+        nested = torch.nested.nested_tensor([torch.randn(2), torch.randn(3)])
+    throwing, warning = torch.randn(7), torch.randn(7)
+    torch._C._set_throw_on_mutable_data_ptr(throwing)
+    torch._C._set_warn_deprecated_on_mutable_data_ptr(warning)
+    cases = [
+        ("conjugate view", torch.randn(8, dtype=torch.complex64).conj()),
+        ("negative view", torch._neg_view(torch.randn(8, dtype=torch.complex64).conj())),
+        ("zero tensor", torch._efficientzerotensor(6)),
+        ("empty", torch.empty(0)),
+        ("empty view", torch.randn(4, 5)[:, 5:]),
+        ("copy-on-write", torch._lazy_clone(torch.randn(9))),
+        ("data_ptr() throws", throwing),
+        ("data_ptr() warns", warning),
+        ("numpy's memory", torch.from_numpy(np.arange(12, dtype=np.float32))),
+        ("meta", torch.empty(7, device="meta")),
+        ("a wrapper subclass", Wrapper(torch.randn(5))),
+        ("sparse", torch.randn(3, 3).to_sparse()),
+        ("nested", nested),
+    ]
+    seen: list[torch.Tensor] = []
+    torch.func.vmap(lambda row: seen.append(row) or row)(torch.randn(3, 4))
+    cases.append(("vmap's batched tensor", seen[0]))
+    functional: list[torch.Tensor] = []
+    torch.func.functionalize(lambda x: functional.append(x.add(1)) or x)(torch.randn(5))
+    cases.append(("functionalize's wrapper", functional[0]))
+    return cases
+
+
+@pytest.mark.parametrize("name, tensor", refused(), ids=[name for name, _ in refused()])
+def test_a_tensor_whose_address_is_not_its_storages_data_goes_to_the_exchange_api(claunch, fields, name, tensor):
+    assert claunch.torch_tensor(fields, tensor, False) is None, name
+    assert claunch.torch_tensor(fields, tensor, True) is None, name
+
+
+def test_copy_on_write_is_read_after_torch_copies_it(claunch, fields):
+    shared = torch._lazy_clone(torch.randn(9))
+    assert claunch.torch_tensor(fields, shared, False) is None
+    exported = claunch.dlpack_tensor(shared, False)  # the export materializes its own copy, as a launch must
+    assert exported[0] == shared.data_ptr()
+
+
+def test_learning_refuses_fields_that_read_a_probe_wrong(claunch, monkeypatch):
+    real = torch_fields._fields
+
+    def off_by_one_element(*args):
+        fields = real(*args)
+        return fields._replace(offset_at=fields.numel_at)  # reads the element count as the offset
+
+    monkeypatch.setattr(torch_fields, "_fields", off_by_one_element)
+    learned, why = torch_fields.learn(claunch)
+    assert learned is None and "a probe read" in why
+
+
+def test_learning_refuses_a_field_found_at_two_offsets(claunch, monkeypatch):
+    monkeypatch.setattr(torch_fields, "_probe_tensors", lambda device: iter([torch.empty(8, device=device)] * 3))
+    learned, why = torch_fields.learn(claunch)
+    assert learned is None and "not exactly one" in why
+
+
+def test_a_failed_learning_leaves_the_exchange_api_and_says_why(claunch, monkeypatch):
+    monkeypatch.setattr(torch_fields, "_tried", set())
+    monkeypatch.setattr(torch_fields, "_state", {"fields": None, "why": ""})
+    monkeypatch.setattr(torch_fields, "learn", lambda claunch, device=None: (None, "torch 9.9: no such field"))
+    set_to = []
+    monkeypatch.setattr(claunch, "set_torch_fields", set_to.append, raising=False)
+    torch_fields.ensure(claunch, -1)
+    assert set_to == [] and torch_fields.state() == "through torch's DLPack exchange API (torch 9.9: no such field)"
+
+
+def test_building_a_compiled_launcher_sets_the_fields(fake_gpu):
+    import launchpad as lp
+
+    k = fake_gpu.install(lp.compile_cuda('extern "C" __global__ void k(float* y, int n) {}', "k", arch=90))
+    y = torch.randn(16)[3:]
+    k[1, 1](y, 5)
+    if fake_gpu.executor == "compiled":
+        assert torch_fields.state().startswith("from torch's tensor fields (CPU tensors")
+    assert int.from_bytes(fake_gpu.last.params[0], "little") == y.data_ptr()
