@@ -5,11 +5,12 @@ Differential, on the CPU: thousands of random tensors (dtypes, views, strides, o
 inference mode, storages changed in place) must read exactly what the exchange API exports, or be
 handed to it; the tensors whose address is not their storage's data (copy-on-write, conjugate,
 negative and zero views, functional and batched wrappers, subclasses, foreign memory, empty) must
-always be handed to it. The CUDA half runs in tests/test_gpu_core.py's launches on the device.
+always be handed to it. On a GPU, the last test does the same with CUDA tensors.
 """
 
 from __future__ import annotations
 
+import ctypes
 import random
 import warnings
 
@@ -150,6 +151,12 @@ def refused() -> list[tuple[str, torch.Tensor]]:
     functional: list[torch.Tensor] = []
     torch.func.functionalize(lambda x: functional.append(x.add(1)) or x)(torch.randn(5))
     cases.append(("functionalize's wrapper", functional[0]))
+    made = torch.Tensor._make_subclass
+    x = torch.randn(10)[1:]
+    cases += [("sizes from Python", made(torch.Tensor, x, False, dispatch_sizes_strides_policy="sizes")),
+              ("strides from Python", made(torch.Tensor, x, False, dispatch_sizes_strides_policy="strides")),
+              ("device from Python", made(torch.Tensor, x, False, dispatch_device=True)),
+              ("layout from Python", made(torch.Tensor, x, False, dispatch_layout=True))]  # fmt: skip
     return cases
 
 
@@ -164,6 +171,39 @@ def test_copy_on_write_is_read_after_torch_copies_it(claunch, fields):
     assert claunch.torch_tensor(fields, shared, False) is None
     exported = claunch.dlpack_tensor(shared, False)  # the export materializes its own copy, as a launch must
     assert exported[0] == shared.data_ptr()
+
+
+@pytest.mark.parametrize("field", ["impl_type", "storage_type", "keys", "deleters", "policy_mask", "check_at"])
+def test_each_check_alone_refuses_a_tensor_it_does_not_know(claunch, fields, field):
+    """Each check of the reader, made to fail on its own, hands every tensor to the exchange API."""
+    t = torch.randn(8)
+    storage = ctypes.string_at(t.untyped_storage()._cdata, 64)
+    set_byte = next(at for at in range(8, 64) if storage[at])  # a byte "the check flag" would find set
+    wrong = {"impl_type": fields.impl_type + 8, "storage_type": fields.storage_type + 8, "keys": (1,),
+             "deleters": (1,), "policy_mask": (1 << 64) - 1, "check_at": set_byte}[field]  # fmt: skip
+    assert claunch.torch_tensor(fields, t, True) is not None
+    assert claunch.torch_tensor(fields._replace(**{field: wrong}), t, True) is None
+
+
+def test_the_reader_reads_nothing_but_a_tensor_where_its_fields_say(claunch, fields):
+    for thing in [(1 << 200) + 12345, object(), "text", torch.randn(3).numpy()]:
+        assert claunch.torch_tensor(fields, thing, True) is None
+
+
+@pytest.mark.parametrize("field, value", [("keys_at", -4), ("keys_at", 2**32 - 4), ("sizes_at", 2**32 - 24),
+                                          ("data_at", 64), ("check_at", 64), ("impl_at", 64)])  # fmt: skip
+def test_an_offset_outside_its_object_is_refused(claunch, fields, field, value):
+    with pytest.raises((ValueError, OverflowError)):
+        claunch.torch_tensor(fields._replace(**{field: value}), torch.randn(3), True)
+
+
+def test_learning_never_raises(claunch, monkeypatch):
+    def out_of_memory(device):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(torch_fields, "_probe_tensors", out_of_memory)
+    learned, why = torch_fields.learn(claunch)
+    assert learned is None and "out of memory" in why
 
 
 def test_learning_refuses_fields_that_read_a_probe_wrong(claunch, monkeypatch):
@@ -201,5 +241,41 @@ def test_building_a_compiled_launcher_sets_the_fields(fake_gpu):
     y = torch.randn(16)[3:]
     k[1, 1](y, 5)
     if fake_gpu.executor == "compiled":
-        assert torch_fields.state().startswith("from torch's tensor fields (CPU tensors")
+        assert torch_fields.state().startswith("from torch's tensor fields (CPU")
+        assert _executor._claunch.torch_tensor(None, y, False) is not None  # the fields in use read it
     assert int.from_bytes(fake_gpu.last.params[0], "little") == y.data_ptr()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_tensors_read_what_the_exchange_api_exports(claunch):
+    """On the device: CUDA's fields learned, then random CUDA tensors (caching allocator, a graph's
+    pool) read as exported; pinned host memory and other allocators go to the exchange API."""
+    import launchpad as lp
+
+    k = lp.compile_cuda('extern "C" __global__ void k(float* y, int n) { if (threadIdx.x < n) y[threadIdx.x] += 1; }',
+                        "k")  # fmt: skip
+    y = torch.randn(64, device="cuda")
+    expected = y[3:].clone() + 1
+    k[1, 32](y[3:], 32)  # its first launch learns CUDA's fields
+    torch.cuda.synchronize()
+    assert torch.equal(y[3:35], expected[:32])
+    assert "CUDA" in torch_fields.state(), torch_fields.state()
+    rng = random.Random(20261129)
+    fast = 0
+    for _ in range(2000):
+        t = random_tensor(rng).to("cuda")[..., :]
+        for dims in (False, True):
+            read = claunch.torch_tensor(None, t, dims)
+            assert read is None or read == claunch.dlpack_tensor(t, dims)
+        fast += read is not None
+    assert fast > 1900
+    graph_pool = torch.cuda.graph_pool_handle()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=graph_pool, stream=stream):
+            made = torch.empty(100, device="cuda")[7:]
+    assert claunch.torch_tensor(None, made, True) == claunch.dlpack_tensor(made, True)
+    pinned = torch.randn(16).pin_memory()
+    assert claunch.torch_tensor(None, pinned, False) is None  # the pinned allocator: not a probe's

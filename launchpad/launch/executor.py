@@ -88,15 +88,10 @@ def launch_path() -> tuple[str, str]:
     return "compiled", ""
 
 
-def _learning_fields(entry: Callable[[int], Any]) -> Callable[[int], Any]:
-    """``entry`` (a loader's, called at a kernel's first launch on a device), learning torch's tensor
-    fields for that device first (:mod:`launchpad.launch.torch_fields`; once per process)."""
-
-    def first_launch_entry(device: int) -> Any:
-        _torch_fields.ensure(_claunch, device)
-        return entry(device)
-
-    return first_launch_entry
+def _learn_fields(device: int) -> None:
+    """What a compiled launcher calls when it first reads a device's entry: torch's tensor fields for
+    that device are learned then (:mod:`launchpad.launch.torch_fields`; once per process)."""
+    _torch_fields.ensure(_claunch, device)
 
 
 @functools.cache
@@ -370,7 +365,7 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
             nargs_min=(required[-1] + 1) if required else 0,
             nargs_max=count,
             plan=plan,
-            entries=loader.entries, entry_fn=_learning_fields(loader.entry), python_launch=python.launch,
+            entries=loader.entries, entry_fn=loader.entry, new_entry=_learn_fields, python_launch=python.launch,
             get_device=python.get_device,
             get_stream=stream, scratch=_memory.scratch, same_value=_checks.same_value,
             coresident=loader.coresident_blocks, ctx=ctx,

@@ -83,6 +83,7 @@ class LauncherTable(NamedTuple):
     plan: Any  # the spec's LaunchPlan (launchpad.core.spec), read by name (LAYOUTS["LaunchPlan"])
     entries: dict  # the loader's: device -> Entry
     entry_fn: Callable[[int], Any]  # loader.entry(device)
+    new_entry: Callable[[int], None]  # called with the device when the launcher reads an entry it had not
     python_launch: Callable[..., None]  # the Python executor's launch: every fallback goes there
     get_device: Callable[[], int]
     get_stream: Callable[[int], int] | None  # None: DLPack's current_work_stream
@@ -119,6 +120,8 @@ class TorchFields(NamedTuple):
     sizes_at: int  # TensorImpl: its inline sizes (up to 5 dimensions)
     strides_at: int  # TensorImpl: its inline strides
     check_at: int  # StorageImpl: the byte that says torch's data_ptr() checks, warns or materializes first
+    policy_at: int  # TensorImpl: the word of the bits that send sizes, strides, device or layout to Python
+    policy_mask: int  # those bits (clear on a plain tensor)
 
 
 # --- a Replay (replay_build.c) ----------------------------------------------------------------------

@@ -24,6 +24,7 @@ exchange API for every tensor (how the benchmarks measure the difference).
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import re
 import threading
@@ -37,10 +38,10 @@ from .layouts import TorchFields
 
 __all__ = ["current", "ensure", "learn", "state"]
 
-# Bytes read from each object of a probe (only probes: a launch reads the learned offsets alone). Within
-# the object, or a few words past its end into the heap: a TensorImpl is about 200 bytes in torch 2.11-2.13
-# and its fields of interest lie in its first 180, a StorageImpl's DataPtr in its first 64.
-_IMPL_BYTES = 192
+# Bytes read from a probe's TensorImpl and StorageImpl (only probes: a launch reads the learned offsets
+# alone): at most these, and never past the object's heap block (malloc_usable_size: the fields of
+# interest lie in a TensorImpl's first 180 bytes, a StorageImpl's DataPtr and flags in its first 64).
+_IMPL_BYTES = 256
 _STORAGE_BYTES = 64
 _INLINE_DIMS = 5  # c10::SizesAndStrides keeps up to 5 dimensions in the TensorImpl, more out of line
 
@@ -53,6 +54,24 @@ def _raw(address: int, nbytes: int) -> bytes:
     return ctypes.string_at(address, nbytes)
 
 
+def _heap_object(address: int, most: int) -> bytes:
+    """Up to ``most`` bytes of a C++ object torch made with ``new``, never past its heap block."""
+    usable = _malloc_usable_size()
+    if usable is None:
+        raise _NotLearned("this C library has no malloc_usable_size to size torch's objects with")
+    return _raw(address, min(most, usable(address)))
+
+
+@functools.cache
+def _malloc_usable_size() -> Callable[[int], int] | None:
+    try:
+        function = ctypes.CDLL(None).malloc_usable_size
+    except (AttributeError, OSError):
+        return None
+    function.restype, function.argtypes = ctypes.c_size_t, [ctypes.c_void_p]
+    return function
+
+
 class _Probe:
     """One probe tensor and what torch's Python API says of it."""
 
@@ -60,10 +79,10 @@ class _Probe:
         self.tensor = tensor
         self.obj = _raw(id(tensor), torch.Tensor.__basicsize__)  # the THPVariable's own bytes
         self.impl_address = tensor._cdata
-        self.impl = _raw(self.impl_address, _IMPL_BYTES)
+        self.impl = _heap_object(self.impl_address, _IMPL_BYTES)
         storage = tensor.untyped_storage()
         self.storage_address = storage._cdata
-        self.storage = _raw(self.storage_address, _STORAGE_BYTES)
+        self.storage = _heap_object(self.storage_address, _STORAGE_BYTES)
         self.data = storage.data_ptr()
         self.keys = torch._C._dispatch_keys(tensor).raw_repr()
         self.device = -1 if tensor.device.type == "cpu" else tensor.device.index
@@ -119,6 +138,7 @@ def _refused_tensors(device: torch.device) -> Iterator[torch.Tensor]:
     yield base.conj()  # conjugate bit: a view torch resolves, or refuses, before export
     yield torch.empty(0, device=device)  # torch gives an empty tensor no address
     yield torch.empty(5, 0, device=device)
+    yield from _policy_variants(torch.empty(9, device=device)[2:])
     for setter in (torch._C._set_throw_on_mutable_data_ptr, torch._C._set_warn_deprecated_on_mutable_data_ptr):
         checked = torch.empty(6, device=device)
         setter(checked)  # its data_ptr() throws or warns first
@@ -142,7 +162,8 @@ def _word(raw: bytes, at: int) -> int:
     return int.from_bytes(raw[at : at + 8], "little")
 
 
-def _words_where(probes: list[_Probe], region: str, nbytes: int, value: Callable[[_Probe], int]) -> list[int]:
+def _words_where(probes: list[_Probe], region: str, value: Callable[[_Probe], int]) -> list[int]:
+    nbytes = min(len(getattr(p, region)) for p in probes)
     return [at for at in range(8, nbytes - 7, 8) if all(_word(getattr(p, region), at) == value(p) for p in probes)]
 
 
@@ -156,30 +177,69 @@ def _fields(claunch: Any, cpu: list[_Probe], cuda: list[_Probe]) -> TorchFields:
     impl_type, storage_type = _word(cpu[0].impl, 0), _word(cpu[0].storage, 0)
     if any(_word(p.impl, 0) != impl_type or _word(p.storage, 0) != storage_type for p in probes):
         raise _NotLearned("plain tensors have TensorImpls or StorageImpls of different classes")
-    keys_at = _one_offset(_words_where(probes, "impl", _IMPL_BYTES, lambda p: p.keys), "dispatch key set")
-    storage_at = _one_offset(_words_where(probes, "impl", _IMPL_BYTES, lambda p: p.storage_address), "storage")
-    offset_at = _one_offset(_words_where(probes, "impl", _IMPL_BYTES, lambda p: p.offset),
+    keys_at = _one_offset(_words_where(probes, "impl", lambda p: p.keys), "dispatch key set")
+    storage_at = _one_offset(_words_where(probes, "impl", lambda p: p.storage_address), "storage")
+    offset_at = _one_offset(_words_where(probes, "impl", lambda p: p.offset),
                             "storage offset")  # fmt: skip
-    numel_at = _one_offset(_words_where(probes, "impl", _IMPL_BYTES, lambda p: p.numel), "element count")
-    ndim_at = _one_offset(_words_where(probes, "impl", _IMPL_BYTES, lambda p: len(p.sizes)), "rank")
+    numel_at = _one_offset(_words_where(probes, "impl", lambda p: p.numel), "element count")
+    ndim_at = _one_offset(_words_where(probes, "impl", lambda p: len(p.sizes)), "rank")
     sizes_at = _one_offset(_inline(probes, lambda p: p.sizes), "inline sizes")
     strides_at = _one_offset(_inline(probes, lambda p: p.strides), "inline strides")
     dtype_at, dtypes = _dtype_index(claunch, probes)
     device_at, device_types = _device(cpu, cuda)
-    data_at = _words_where(probes, "storage", _STORAGE_BYTES, lambda p: p.data)
+    data_at = _words_where(probes, "storage", lambda p: p.data)
     if not data_at:
         raise _NotLearned("no word of the StorageImpl holds its data pointer")
     deleter_at = _one_offset([at for at in (data_at[0] + 8, data_at[0] + 16)
                               if all(len({_word(p.storage, at) for p in group}) == 1 for group in (cpu, cuda) if group)
                               and all(_word(p.storage, at) != p.data for p in probes)], "data deleter")  # fmt: skip
     check_at = _data_check_flag(data_at[0])
+    taken = {keys_at, storage_at, offset_at, numel_at, ndim_at, *range(sizes_at, strides_at + 8 * _INLINE_DIMS, 8)}
+    policy_at, policy_mask = _policy_bits(probes, device_at + 2, taken)
     return TorchFields(
         impl_at=impl_at, guard=guard, impl_type=impl_type, keys_at=keys_at,
         keys=tuple(sorted({p.keys for p in probes})), storage_at=storage_at, offset_at=offset_at,
         numel_at=numel_at, dtype_at=dtype_at, device_at=device_at, dtypes=dtypes, storage_type=storage_type,
         data_at=data_at[0], deleter_at=deleter_at, deleters=tuple(sorted({_word(p.storage, deleter_at) for p in probes})),
         device_types=device_types, ndim_at=ndim_at, sizes_at=sizes_at, strides_at=strides_at, check_at=check_at,
+        policy_at=policy_at, policy_mask=policy_mask,
     )  # fmt: skip
+
+
+def _policy_variants(base: torch.Tensor) -> list[torch.Tensor]:
+    """Plain-looking tensors (no Python key) whose sizes, strides, device or layout torch asks Python for."""
+    made: Any = torch.Tensor._make_subclass  # its stub lacks the dispatch_* arguments it takes
+    return [made(torch.Tensor, base, False, dispatch_sizes_strides_policy="sizes"),
+            made(torch.Tensor, base, False, dispatch_sizes_strides_policy="strides"),
+            made(torch.Tensor, base, False, dispatch_device=True),
+            made(torch.Tensor, base, False, dispatch_layout=True)]  # fmt: skip
+
+
+def _policy_bits(probes: list[_Probe], after_device: int, taken: set[int]) -> tuple[int, int]:
+    """The TensorImpl word and bits that each policy variant sets (made twice) and no plain tensor has:
+    torch keeps them in the bitfields that follow the device, so in the word holding the device's last
+    byte or the next (``after_device``), unless another field is there (``taken``). A bit that differs
+    between plain tensors (an unset bitfield) is none of them."""
+    base = torch.empty(7)
+    plains = [torch.Tensor._make_subclass(torch.Tensor, base) for _ in range(4)]
+    plain = [_heap_object(t._cdata, _IMPL_BYTES) for t in plains]
+    words = [at for at in (after_device // 8 * 8, after_device // 8 * 8 + 8) if at not in taken]
+    bits: dict[int, int] = {}
+    for variants in zip(_policy_variants(base), _policy_variants(base)):
+        raws = [_heap_object(v._cdata, _IMPL_BYTES) for v in variants]
+        for at in words:
+            set_by_policy = _word(raws[0], at) & _word(raws[1], at)
+            for raw in plain:
+                set_by_policy &= ~_word(raw, at)
+            if set_by_policy:
+                bits[at] = bits.get(at, 0) | set_by_policy
+    policy_at = _one_offset(sorted(bits), "sizes policy bits")
+    mask = bits[policy_at]
+    for p in probes:
+        mask &= ~_word(p.impl, policy_at)  # a bit some plain tensor has is no policy
+    if not mask:
+        raise _NotLearned("no policy bit is clear on every plain tensor")
+    return policy_at, mask
 
 
 def _data_check_flag(data_at: int) -> int:
@@ -190,24 +250,25 @@ def _data_check_flag(data_at: int) -> int:
     for setter in (torch._C._set_throw_on_mutable_data_ptr, torch._C._set_warn_deprecated_on_mutable_data_ptr):
         t = torch.empty(5)
         address = t.untyped_storage()._cdata
-        before = _raw(address, _STORAGE_BYTES)
+        before = _heap_object(address, _STORAGE_BYTES)
         setter(t)
-        after = _raw(address, _STORAGE_BYTES)
-        changed.append({at for at in range(data_at + 8, _STORAGE_BYTES) if before[at] != after[at]})
+        after = _heap_object(address, _STORAGE_BYTES)
+        changed.append({at for at in range(data_at + 8, len(before)) if before[at] != after[at]})
     return _one_offset(sorted(changed[0] & changed[1]), "data pointer check flag")
 
 
 def _inline(probes: list[_Probe], values: Callable[[_Probe], list[int]]) -> list[int]:
     """Offsets where every probe of rank 1 to 5 holds its sizes (or strides) as consecutive words."""
     ranked = [p for p in probes if 1 <= len(p.sizes) <= _INLINE_DIMS]
-    return [at for at in range(8, _IMPL_BYTES - 8 * _INLINE_DIMS + 1, 8)
+    nbytes = min(len(p.impl) for p in probes)
+    return [at for at in range(8, nbytes - 8 * _INLINE_DIMS + 1, 8)
             if all(_word(p.impl, at + 8 * d) == v for p in ranked for d, v in enumerate(values(p)))]  # fmt: skip
 
 
 def _dtype_index(claunch: Any, probes: list[_Probe]) -> tuple[int, tuple[tuple[int, int, int], ...]]:
     """Where the TypeMeta index is (the 2-byte field equal within a dtype, distinct across dtypes)."""
     candidates = []
-    for at in range(8, _IMPL_BYTES - 1, 2):
+    for at in range(8, min(len(p.impl) for p in probes) - 1, 2):
         by_dtype: dict[torch.dtype, set[int]] = {}
         for p in probes:
             by_dtype.setdefault(p.tensor.dtype, set()).add(int.from_bytes(p.impl[at : at + 2], "little"))
@@ -228,7 +289,7 @@ def _dtype_index(claunch: Any, probes: list[_Probe]) -> tuple[int, tuple[tuple[i
 def _device(cpu: list[_Probe], cuda: list[_Probe]) -> tuple[int, tuple[int, int]]:
     """Where c10::optional<c10::Device> is: (type, index, engaged = 1), a CPU's index -1."""
     candidates = []
-    for at in range(8, _IMPL_BYTES - 2):
+    for at in range(8, min(len(p.impl) for p in cpu + cuda) - 2):
         cpu_type = {p.impl[at] for p in cpu}
         cuda_type = {p.impl[at] for p in cuda}
         if len(cpu_type) != 1 or len(cuda_type) > 1 or cpu_type == cuda_type:
@@ -249,30 +310,35 @@ def _exported(claunch: Any, tensor: torch.Tensor, dims: bool) -> tuple | None:
 
 def learn(claunch: Any, cuda_device: int | None = None) -> tuple[TorchFields | None, str]:
     """Learn the fields from probes on the CPU (and on ``cuda_device``) and check them with the
-    compiled module ``claunch``; ``(fields, "")`` or ``(None, why)``. Sets nothing: :func:`ensure` does."""
+    compiled module ``claunch``; ``(fields, "")`` or ``(None, why)``, never an exception. Sets nothing:
+    :func:`ensure` does."""
     if not hasattr(torch.Tensor, "__dlpack_c_exchange_api__"):
         return None, f"torch {torch.__version__} has no DLPack exchange API to check the fields against"
+    try:
+        return _learn(claunch, cuda_device), ""
+    except _NotLearned as exc:
+        return None, f"torch {torch.__version__}: {exc}"
+    except Exception as exc:  # a torch without what a probe reads, a device out of memory: the exchange API
+        return None, f"torch {torch.__version__}: a probe failed: {exc!r}"
+
+
+def _learn(claunch: Any, cuda_device: int | None) -> TorchFields:
     devices = [torch.device("cpu")] + ([torch.device("cuda", cuda_device)] if cuda_device is not None else [])
     kept = [[*_probe_tensors(d)] for d in devices]  # alive until every read is done
     refused = [t for d in devices for t in _refused_tensors(d)]
-    try:
-        probes = [[_Probe(t) for t in group] for group in kept]
-        fields = _fields(claunch, probes[0], probes[1] if len(probes) > 1 else [])
-    except _NotLearned as exc:
-        return None, f"torch {torch.__version__}: {exc}"
-    except (AttributeError, RuntimeError, TypeError, ValueError) as exc:  # a torch without what a probe reads
-        return None, f"torch {torch.__version__}: a probe failed: {exc!r}"
+    probes = [[_Probe(t) for t in group] for group in kept]
+    fields = _fields(claunch, probes[0], probes[1] if len(probes) > 1 else [])
     for t in (t for group in kept for t in group):
         for dims in (False, True):
             read, exported = claunch.torch_tensor(fields, t, dims), _exported(claunch, t, dims)
             if dims and t.dim() > _INLINE_DIMS:
                 exported = None  # read through the exchange API: torch keeps these sizes out of line
             if read != exported:
-                return None, f"torch {torch.__version__}: a probe read {read}, its DLPack export {exported}"
+                raise _NotLearned(f"a probe read {read}, its DLPack export {exported}")
     for t in refused:
         if claunch.torch_tensor(fields, t, False) is not None or claunch.torch_tensor(fields, t, True) is not None:
-            return None, f"torch {torch.__version__}: the fields would read a {t.dtype} tensor they must refuse"
-    return fields, ""
+            raise _NotLearned(f"the fields would read a {t.dtype} tensor they must refuse")
+    return fields
 
 
 def ensure(claunch: Any, device: int) -> None:

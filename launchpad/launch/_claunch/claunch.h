@@ -184,6 +184,7 @@ typedef struct {
     int spread, cooperative, pdl, oversized;
     PyObject *entries;          /* dict: device -> entry tuple (the loader's) */
     PyObject *entry_fn;         /* loader.entry(device) */
+    PyObject *new_entry;        /* (device) -> None, when the launcher reads an entry it has not read */
     PyObject *python_launch;    /* the Python executor's launch: every fallback goes there */
     PyObject *get_device;       /* () -> int */
     PyObject *get_stream;       /* (device) -> int, or NULL: DLPack's current_work_stream */

@@ -37,7 +37,8 @@ const char *const LP_ENTRY_FIELDS[] = {"max_threads", "shared_limit", "address",
 
 /* What the device's entry says (its function's limits and address, the driver's cuLaunchKernel,
  * cuLaunchKernelEx and cuCtxGetDevice), read by name when the entry is new (the first launch, a
- * raised shared-memory limit, a reload) and kept with it until the next: nothing per launch. */
+ * raised shared-memory limit, a reload) and kept with it until the next: nothing per launch. A new
+ * entry is also when new_entry(device) learns that device's tensor fields (once per process). */
 static int read_entry(Launch *L, PyObject *entry) {
     Launcher *self = L->self;
     if (entry != self->entry) {
@@ -58,6 +59,10 @@ static int read_entry(Launch *L, PyObject *entry) {
             return LP_FALLBACK;
         }
         Py_XSETREF(self->entry, Py_NewRef(entry));
+        PyObject *device = PyLong_FromLong(L->device), *r = device ? PyObject_CallOneArg(self->new_entry, device) : NULL;
+        Py_XDECREF(device);
+        Py_XDECREF(r);
+        PyErr_Clear();  /* new_entry only learns (torch_fields.ensure, which refuses by itself): nothing to fail */
         self->function = function, self->launch = launch, self->launch_ex = launch_ex;
         self->max_threads = max_threads, self->shared_limit = shared_limit;
         if (ctx_get_device != NULL) self->ctx_get_device = ctx_get_device;

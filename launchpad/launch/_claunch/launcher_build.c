@@ -18,7 +18,7 @@ const char *const LP_PLAN_FIELDS[] = {"block", "shared_mem", "grid_scale", "clus
                                       "cooperative", "pdl", "oversized_shared", "max_grid", NULL};
 /* "O!O!nnnOO!OOOOOOOOOO!" */
 const char *const LP_LAUNCHER_FIELDS[] = {"ops", "offsets", "buffer_size", "nargs_min", "nargs_max", "plan",
-                                          "entries", "entry_fn", "python_launch", "get_device", "get_stream",
+                                          "entries", "entry_fn", "new_entry", "python_launch", "get_device", "get_stream",
                                           "scratch", "same_value", "coresident", "ctx", "hooks", "tensor_types",
                                           NULL};
 
@@ -199,11 +199,11 @@ PyObject *lp_launcher_new(PyTypeObject *type, PyObject *a, PyObject *kw) {
 
 /* The LauncherTable's fields, as LP_LAUNCHER_FIELDS orders them. */
 static PyObject *launcher_new(PyTypeObject *type, PyObject *t) {
-    PyObject *ops, *offsets, *plan_obj, *entries, *entry_fn, *python_launch, *get_device, *get_stream, *scratch_fn;
+    PyObject *ops, *offsets, *plan_obj, *entries, *entry_fn, *new_entry, *python_launch, *get_device, *get_stream, *scratch_fn;
     PyObject *same_value, *coresident, *ctx, *hooks, *tensor_types, *plan = NULL, *hook_fields = NULL;
     Py_ssize_t buffer_size, nargs_min, nargs_max;
-    if (!PyArg_ParseTuple(t, "O!O!nnnOO!OOOOOOOOOO!", &PyTuple_Type, &ops, &PyTuple_Type, &offsets, &buffer_size,
-                          &nargs_min, &nargs_max, &plan_obj, &PyDict_Type, &entries, &entry_fn, &python_launch,
+    if (!PyArg_ParseTuple(t, "O!O!nnnOO!OOOOOOOOOOO!", &PyTuple_Type, &ops, &PyTuple_Type, &offsets, &buffer_size,
+                          &nargs_min, &nargs_max, &plan_obj, &PyDict_Type, &entries, &entry_fn, &new_entry, &python_launch,
                           &get_device, &get_stream, &scratch_fn, &same_value, &coresident, &ctx, &hooks,
                           &PyTuple_Type, &tensor_types))
         return NULL;
@@ -212,6 +212,7 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *t) {
     self->vectorcall = lp_launcher_vectorcall;
     self->entries = Py_NewRef(entries);
     self->entry_fn = Py_NewRef(entry_fn);
+    self->new_entry = Py_NewRef(new_entry);
     self->python_launch = Py_NewRef(python_launch);
     self->get_device = Py_NewRef(get_device);
     self->get_stream = get_stream == Py_None ? NULL : Py_NewRef(get_stream);
@@ -310,6 +311,7 @@ fail:
 int lp_launcher_traverse(Launcher *self, visitproc visit, void *arg) {
     Py_VISIT(self->entries);
     Py_VISIT(self->entry_fn);
+    Py_VISIT(self->new_entry);
     Py_VISIT(self->python_launch);
     Py_VISIT(self->get_device);
     Py_VISIT(self->get_stream);
@@ -332,6 +334,7 @@ int lp_launcher_traverse(Launcher *self, visitproc visit, void *arg) {
 int lp_launcher_clear(Launcher *self) {
     Py_CLEAR(self->entries);
     Py_CLEAR(self->entry_fn);
+    Py_CLEAR(self->new_entry);
     Py_CLEAR(self->python_launch);
     Py_CLEAR(self->get_device);
     Py_CLEAR(self->get_stream);

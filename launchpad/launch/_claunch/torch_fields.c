@@ -12,7 +12,8 @@
  *   - its TensorImpl is a plain TensorImpl (the vtable word), not a subclass (batched, functional,
  *     nested, sparse, quantized, wrapper subclasses);
  *   - its dispatch key set is one a plain dense probe had: no Python, conjugate, negative, zero,
- *     functionalize or batched key;
+ *     functionalize or batched key; and none of its policy bits say that its sizes, strides, device
+ *     or layout come from Python (torch.Tensor._make_subclass's dispatch_* arguments);
  *   - its storage is a plain StorageImpl whose memory comes from an allocator the probes used (the
  *     deleter word: a copy-on-write storage, or memory of a foreign owner, has another), and whose
  *     data_ptr() runs no check first (has_mutable_data_ptr_check_: a throwing, warning or lazily
@@ -31,10 +32,13 @@
 const char *const LP_TORCH_FIELDS_FIELDS[] = {"impl_at", "guard", "impl_type", "keys_at", "keys", "storage_at",
                                               "offset_at", "numel_at", "dtype_at", "device_at", "dtypes",
                                               "storage_type", "data_at", "deleter_at", "deleters", "device_types",
-                                              "ndim_at", "sizes_at", "strides_at", "check_at", NULL};
+                                              "ndim_at", "sizes_at", "strides_at", "check_at", "policy_at",
+                                              "policy_mask", NULL};
 
 enum { LP_INLINE_DIMS = 5 };  /* c10::SizesAndStrides keeps up to 5 dimensions in the TensorImpl */
-enum { MAX_GUARD = 4, MAX_KEYS = 8, MAX_DELETERS = 4, MAX_TYPEMETA = 64, MAX_IMPL_BYTES = 1024 };
+/* The most of each object the learning reads (launchpad/launch/torch_fields.py): every offset is within. */
+enum { MAX_GUARD = 4, MAX_KEYS = 8, MAX_DELETERS = 4, MAX_TYPEMETA = 64, OBJECT_BYTES = 64, IMPL_BYTES = 256,
+       STORAGE_BYTES = 64 };
 
 typedef struct {
     int set;
@@ -44,6 +48,8 @@ typedef struct {
     uint32_t keys_at, storage_at, offset_at, numel_at, dtype_at, device_at, data_at, deleter_at;
     uint32_t ndim_at, sizes_at, strides_at;  /* SizesAndStrides: the rank, the inline sizes and strides */
     uint32_t check_at;  /* StorageImpl: has_mutable_data_ptr_check_, 0 on a plain storage */
+    uint32_t policy_at;  /* TensorImpl: the word whose policy_mask bits are clear on a plain tensor */
+    uint64_t policy_mask;
     uint64_t keys[MAX_KEYS];
     int nkeys;
     uint64_t deleters[MAX_DELETERS];
@@ -78,6 +84,7 @@ static int read_fields(const TorchFields *f, PyObject *obj, DLTensor *out, int d
     const char *impl = (const char *)(uintptr_t)load64(o + f->impl_at);
     if (impl == NULL || load64(impl) != f->impl_type) return LP_FALLBACK;
     if (!listed(load64(impl + f->keys_at), f->keys, f->nkeys)) return LP_FALLBACK;
+    if (load64(impl + f->policy_at) & f->policy_mask) return LP_FALLBACK;  /* sizes, device or layout from Python */
     const char *storage = (const char *)(uintptr_t)load64(impl + f->storage_at);
     if (storage == NULL || load64(storage) != f->storage_type) return LP_FALLBACK;
     if (!listed(load64(storage + f->deleter_at), f->deleters, f->ndeleters)) return LP_FALLBACK;
@@ -131,23 +138,28 @@ static int parse_fields(PyObject *obj, TorchFields *f) {
     if (t == NULL) return -1;
     PyObject *guard, *keys, *dtypes, *deleters;
     unsigned long long impl_type, storage_type;
-    int ok = PyArg_ParseTuple(t, "IO!KIO!IIIIIO!KIIO!(ii)IIII", &f->impl_at, &PyTuple_Type, &guard, &impl_type,
+    unsigned long long policy_mask;
+    int ok = PyArg_ParseTuple(t, "IO!KIO!IIIIIO!KIIO!(ii)IIIIIK", &f->impl_at, &PyTuple_Type, &guard, &impl_type,
                               &f->keys_at, &PyTuple_Type, &keys, &f->storage_at, &f->offset_at, &f->numel_at,
                               &f->dtype_at, &f->device_at, &PyTuple_Type, &dtypes, &storage_type, &f->data_at,
                               &f->deleter_at, &PyTuple_Type, &deleters, &f->cpu_type, &f->cuda_type, &f->ndim_at,
-                              &f->sizes_at, &f->strides_at, &f->check_at);
+                              &f->sizes_at, &f->strides_at, &f->check_at, &f->policy_at, &policy_mask);
     int nguard = 0;
     if (ok) {
-        f->impl_type = impl_type, f->storage_type = storage_type;
+        f->impl_type = impl_type, f->storage_type = storage_type, f->policy_mask = policy_mask;
         ok = parse_words(guard, f->guard, MAX_GUARD, &nguard, "guard") == 0 &&
              parse_words(keys, f->keys, MAX_KEYS, &f->nkeys, "keys") == 0 &&
              parse_words(deleters, f->deleters, MAX_DELETERS, &f->ndeleters, "deleters") == 0;
     }
     f->nguard = (uint32_t)nguard;
-    uint32_t at[] = {f->keys_at, f->storage_at, f->offset_at, f->numel_at, f->dtype_at, f->device_at, f->data_at,
-                     f->deleter_at, f->ndim_at, f->sizes_at + 8 * (LP_INLINE_DIMS - 1),
-                     f->strides_at + 8 * (LP_INLINE_DIMS - 1), f->check_at};
-    for (size_t i = 0; ok && i < sizeof at / sizeof at[0]; i++) ok = at[i] + 8 <= MAX_IMPL_BYTES;
+    /* each field within its object (64-bit sums: no offset wraps around) */
+    const uint64_t impl_words[] = {f->keys_at, f->storage_at, f->offset_at, f->numel_at, f->ndim_at, f->policy_at,
+                                   (uint64_t)f->sizes_at + 8 * (LP_INLINE_DIMS - 1),
+                                   (uint64_t)f->strides_at + 8 * (LP_INLINE_DIMS - 1)};
+    for (size_t i = 0; ok && i < sizeof impl_words / sizeof impl_words[0]; i++) ok = impl_words[i] + 8 <= IMPL_BYTES;
+    ok = ok && (uint64_t)f->dtype_at + 2 <= IMPL_BYTES && (uint64_t)f->device_at + 3 <= IMPL_BYTES;
+    ok = ok && (uint64_t)f->data_at + 8 <= STORAGE_BYTES && (uint64_t)f->deleter_at + 8 <= STORAGE_BYTES;
+    ok = ok && f->check_at < STORAGE_BYTES && (uint64_t)f->impl_at + 8 <= OBJECT_BYTES;
     if (ok && f->impl_at != 16 + 8 * f->nguard) ok = 0;
     if (!ok) {
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "TorchFields: an offset out of range");
@@ -206,6 +218,19 @@ PyObject *lp_torch_tensor_py(PyObject *module, PyObject *args) {
     TorchFields f;
     if (given == Py_None) f = fields;
     else if (parse_fields(given, &f) < 0) return NULL;
+    /* a launch reads only objects of exactly torch's tensor types; here, anything with a ``_cdata`` (its
+     * TensorImpl's address) where the fields say the THPVariable keeps it */
+    PyObject *cdata = PyObject_GetAttrString(tensor, "_cdata");
+    unsigned long long impl = cdata != NULL ? PyLong_AsUnsignedLongLong(cdata) : 0;
+    Py_XDECREF(cdata);
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
+        PyErr_Clear();  /* not a tensor */
+        Py_RETURN_NONE;
+    }
+    if (!f.set || Py_TYPE(tensor)->tp_basicsize < (Py_ssize_t)f.impl_at + 8 ||
+        load64((const char *)tensor + f.impl_at) != impl)
+        Py_RETURN_NONE;
     DLTensor t;
     if (read_fields(&f, tensor, &t, dims) != LP_OK) Py_RETURN_NONE;
     if (!dims) return Py_BuildValue("(KiiI)", (unsigned long long)(uintptr_t)t.data, t.device.device_type,
