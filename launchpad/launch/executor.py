@@ -109,10 +109,10 @@ def dlpack_word(dtype: torch.dtype | None) -> int:
     if dtype is None:
         return 0
     try:
-        code, bits, lanes = _claunch.dlpack_dtype(torch.empty(0, dtype=dtype))
+        # (address, device type, device id, dtype word) as torch's DLPack exchange API exports it
+        return int(_claunch.dlpack_tensor(torch.empty(0, dtype=dtype), False)[3])
     except Exception:  # a dtype DLPack cannot describe: the Python executor checks it
         return _NEVER
-    return code | bits << 8 | lanes << 16
 
 
 def _torch_dtype(name: str) -> torch.dtype | None:

@@ -89,21 +89,6 @@ PyObject *lp_fell_back(PyObject *result, PyObject *what) {
     return NULL;
 }
 
-/* dlpack_dtype(tensor) -> (code, bits, lanes): how the DLPack exchange API of the tensor's type
- * describes its dtype; launchpad/launch/executor.py asks it once per torch dtype, so the plan's dtype
- * checks use torch's own mapping rather than a table of ours. */
-static PyObject *dlpack_dtype(PyObject *module, PyObject *tensor) {
-    (void)module;
-    const DLPackExchangeAPI *api = lp_exchange_api((PyObject *)Py_TYPE(tensor));
-    if (api == NULL) {
-        PyErr_Format(PyExc_TypeError, "%.200s has no DLPack C exchange API (version 1)", Py_TYPE(tensor)->tp_name);
-        return NULL;
-    }
-    DLTensor t;
-    if (api->dltensor_from_py_object_no_sync(tensor, &t) != 0) return NULL;
-    return Py_BuildValue("(iii)", t.dtype.code, t.dtype.bits, t.dtype.lanes);
-}
-
 /* launch_loop(cuLaunchKernel, function, count, grid, block, shared_mem, stream, params) -> CUresult:
  * ``count`` launches of one prepacked launch from a C loop, the GIL released: the floor that the
  * benchmarks (launchpad.bench) compare every launcher with. Addresses come as ints (``params``: a
@@ -192,7 +177,6 @@ static PyObject *profile(PyObject *module, PyObject *unused) {
 #endif
 
 static PyMethodDef module_methods[] = {
-    {"dlpack_dtype", dlpack_dtype, METH_O, "dlpack_dtype(tensor) -> (code, bits, lanes) of its DLPack dtype."},
     {"launch_first", (PyCFunction)(void (*)(void))launch_first, METH_FASTCALL | METH_KEYWORDS,
      "launch_first(pair, *args, **kwargs) -> pair[0](*args, **kwargs): Kernel.launch, bound to its pair."},
     {"set_torch_fields", lp_set_torch_fields, METH_O,
