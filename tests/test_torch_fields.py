@@ -279,3 +279,23 @@ def test_cuda_tensors_read_what_the_exchange_api_exports(claunch):
     assert claunch.torch_tensor(None, made, True) == claunch.dlpack_tensor(made, True)
     pinned = torch.randn(16).pin_memory()
     assert claunch.torch_tensor(None, pinned, False) is None  # the pinned allocator: not a probe's
+
+
+def test_a_refused_tensor_launches_as_before_the_fields(fake_gpu):
+    """Through a launch: a copy-on-write tensor gets its own copy's address (torch's export makes it),
+    a tensor whose sizes torch asks Python for goes to the Python executor, where torch refuses it as
+    before (its data_ptr() asserts)."""
+    import launchpad as lp
+
+    k = fake_gpu.install(lp.compile_cuda('extern "C" __global__ void k(float* y, int n) {}', "k", arch=90))
+    original = torch.randn(9)
+    shared = torch._lazy_clone(original)
+    k[1, 1](shared, 9)
+    address = int.from_bytes(fake_gpu.last.params[0], "little")
+    assert address == shared.data_ptr() != original.data_ptr()  # the launch may write it: its own copy
+    policy = torch.Tensor._make_subclass(torch.Tensor, torch.randn(9)[1:], False, dispatch_sizes_strides_policy="sizes")
+    before = k.fallbacks
+    with pytest.raises(RuntimeError, match="is_python_dispatch"):  # torch's own refusal of its data_ptr()
+        k[1, 1](policy, 8)
+    if fake_gpu.executor == "compiled":
+        assert k.fallbacks == before + 1  # handed over, not read from its fields
