@@ -356,7 +356,7 @@ def build(spec: KernelSpec, loader: Any, devices: Devices | None = None, *, comp
         if stream is None and not _exchange_api_types():
             stream = _checks.current_raw_stream
         _torch_fields.ensure(_claunch, -1)
-        if torch.cuda.is_initialized():  # a device whose module is loaded already may never call entry_fn
+        if torch.cuda.is_initialized():  # new_entry skips a first launch inside a capture: learn here then
             _torch_fields.ensure(_claunch, torch.cuda.current_device())
         launcher = _claunch.Launcher(_layouts.LauncherTable(
             ops=plan_ops(spec, ctx),

@@ -1,7 +1,7 @@
-/* torch tensors read from torch's fields (torch_fields.c), else through the DLPack C exchange API: the
- * tensor's device, dtype and memory, as every tensor-taking operation needs them. Its own file, below values.c (plain arguments), tile.c
- * (cuTile arrays), dispatch.c and replay.c, which all read tensors: none of those calls another to
- * read one, so the C sources have no cycle.
+/* torch tensors read from torch's fields (torch_fields.c), else through the DLPack C exchange API:
+ * the tensor's device, dtype and memory, as every tensor-taking operation needs them. Its own file,
+ * below values.c (plain arguments), tile.c (cuTile arrays), dispatch.c and replay.c, which all read
+ * tensors: none of those calls another to read one, so the C sources have no cycle.
  *
  * Like values.c, nothing here raises: a tensor it does not take is LP_FALLBACK, no exception set.
  */

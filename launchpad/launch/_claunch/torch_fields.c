@@ -7,8 +7,9 @@
  * through pybind11 (a type cast, a Tensor copy, its refcount) in 40-150 ns; these loads and
  * compares take a few. Why it is safe: the read takes only what torch's probes showed, and
  * everything else goes to the exchange API as before. A tensor is read here only when
- *   - its Python object's words before the TensorImpl pointer are as on every probe (torch 2.11's
- *     MaybeOwned<Tensor> keeps a "borrowed" flag there);
+ *   - its Python object's words before the TensorImpl pointer, if any, are as on every probe (a
+ *     torch whose THPVariable holds a MaybeOwned<Tensor> keeps its "borrowed" flag there; 2.11 and
+ *     2.13 hold the Tensor itself, at offset 16);
  *   - its TensorImpl is a plain TensorImpl (the vtable word), not a subclass (batched, functional,
  *     nested, sparse, quantized, wrapper subclasses);
  *   - its dispatch key set is one a plain dense probe had: no Python, conjugate, negative, zero,
