@@ -15,7 +15,7 @@ import threading
 import types
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -27,7 +27,7 @@ from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
 from .errors import ArgumentError, ArgumentTypeError, BinaryError, MissingFileError, NoDeviceError
 from .launch import executor as _executor
 from .launch.checks import Context
-from .launch.traced import TRACED, BoundLaunch, Traced, dynamo_compiling, launch_first, new_key
+from .launch.traced import TRACED, BoundLaunch, LaunchFunction, Traced, dynamo_compiling, launch_first, new_key
 
 __all__ = ["KERNEL_TYPES", "Kernel", "from_image", "load", "load_cubin"]
 
@@ -98,8 +98,8 @@ class Kernel:
         traced = Traced(new_key(), self.spec, self._executor.launch, writes)
         TRACED[traced.key] = traced
         self._traced = traced
-        # The instance attribute shadows the documented method below: no Python frame (launch_first).
-        self.launch = types.MethodType(launch_first, (traced.launch, traced))  # type: ignore[method-assign]
+        # launch_first bound to the pair: no Python frame in eager; Dynamo traces its stand-in
+        self.launch = cast(LaunchFunction, types.MethodType(launch_first, (traced.launch, traced)))
 
     @property
     def writes(self) -> tuple[str, ...] | None:
@@ -146,48 +146,39 @@ class Kernel:
         compiled = self._executor.compiled
         return compiled.fallbacks if compiled is not None else 0
 
-    # The generated function replaces this per instance; this is its documentation.
-    def launch(
-        self,
-        grid: int | tuple[int, ...],
-        block: int | tuple[int, ...] | None,
-        *args: Any,
-        shared_mem: int = 0,
-        stream: Any = None,
-        cluster: tuple[int, int, int] | None = None,
-        cooperative: bool = False,
-        pdl: bool = False,
-        **named: Any,
-    ) -> None:
-        """Launch the kernel.
+    # An attribute set per instance (in _trace), not a method: a method of the class of that name
+    # would make every ``k.launch`` read take Python's slow attribute path (the class's function
+    # found, then shadowed by the instance's), about 40-120 ns a launch on the GPU machine.
+    launch: LaunchFunction
+    """Launch the kernel: ``k.launch(grid, block, *args, shared_mem=0, stream=None, cluster=None,
+    cooperative=False, pdl=False, **named)``.
 
-        Parameters
-        ----------
-        grid, block : int or tuple of 1-3 ints
-            Blocks in the grid and threads in a block. Kernels whose block is fixed at compile
-            time (Triton) take ``block=None``. A grid with a zero dimension launches nothing.
-        *args, **named
-            The kernel's arguments, positional or by name: tensors (or objects with
-            ``data_ptr()`` or ``__cuda_array_interface__``, pinned CPU tensors, int addresses,
-            None) for pointers; ints, floats, bools and numpy scalars for scalars; ``bytes`` or
-            numpy structured scalars for by-value structs. Arguments the kernel was specialized
-            on (Triton constexprs) may be left out; when given they must match.
-        shared_mem : int
-            Bytes of dynamic shared memory; above 48 KB the kernel's limit is raised once.
-        stream : optional
-            torch.cuda.Stream, cuda.core Stream, int handle (0: the legacy default stream) or
-            object with ``__cuda_stream__``; None (default): torch's current stream on the
-            current device.
-        cluster, cooperative, pdl
-            Launch attributes (thread block cluster dims, cooperative launch, programmatic
-            dependent launch); any of them makes the launch go through ``cuLaunchKernelEx``.
+    Parameters
+    ----------
+    grid, block : int or tuple of 1-3 ints
+        Blocks in the grid and threads in a block. Kernels whose block is fixed at compile
+        time (Triton) take ``block=None``. A grid with a zero dimension launches nothing.
+    *args, **named
+        The kernel's arguments, positional or by name: tensors (or objects with
+        ``data_ptr()`` or ``__cuda_array_interface__``, pinned CPU tensors, int addresses,
+        None) for pointers; ints, floats, bools and numpy scalars for scalars; ``bytes`` or
+        numpy structured scalars for by-value structs. Arguments the kernel was specialized
+        on (Triton constexprs) may be left out; when given they must match.
+    shared_mem : int
+        Bytes of dynamic shared memory; above 48 KB the kernel's limit is raised once.
+    stream : optional
+        torch.cuda.Stream, cuda.core Stream, int handle (0: the legacy default stream) or
+        object with ``__cuda_stream__``; None (default): torch's current stream on the
+        current device.
+    cluster, cooperative, pdl
+        Launch attributes (thread block cluster dims, cooperative launch, programmatic
+        dependent launch); any of them makes the launch go through ``cuLaunchKernelEx``.
 
-        Raises
-        ------
-        ArgumentError
-            Before any driver call, for any invalid argument or configuration.
-        """
-        raise NotImplementedError  # replaced per instance in __init__
+    Raises
+    ------
+    ArgumentError
+        Before any driver call, for any invalid argument or configuration.
+    """
 
     def __call__(self, *args: Any, **named: Any) -> None:
         """A kernel is launched, not called: refused with the ways to launch it (a ``TypeError``)."""

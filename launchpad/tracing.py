@@ -39,7 +39,7 @@ import torch
 
 from .core.after_import import after_import
 from .errors import ArgumentError, LaunchpadError
-from .launch.traced import TRACED, BoundLaunch, Traced, launch_first
+from .launch.traced import TRACED, BoundLaunch, Traced, dynamo_compiling, launch_first
 from .torch_ops import Source, _alias_set, _describe, _implementation, _Input
 
 __all__ = ["traced_launch"]
@@ -185,12 +185,21 @@ def _fake(*args: Any) -> None:
 # --- registration with Dynamo, once torch imports it ---------------------------------------------------
 
 
+def _compiling() -> bool:
+    """What Dynamo traces in place of the compiled module's ``dynamo_compiling`` (False in eager)."""
+    return True
+
+
 def _register_with_dynamo() -> None:
-    """Have Dynamo trace :func:`traced_launch` for ``launch_first``, and run :func:`_operator` for real."""
+    """Have Dynamo trace :func:`traced_launch` for ``launch_first`` and :func:`_compiling` for
+    ``dynamo_compiling`` (unless that is torch's own, which Dynamo knows), and run :func:`_operator`
+    for real."""
     import torch._dynamo
 
     torch._dynamo.assume_constant_result(_operator)
     torch.compiler.substitute_in_graph(launch_first, skip_signature_check=True)(traced_launch)
+    if dynamo_compiling is not torch.compiler.is_dynamo_compiling:
+        torch.compiler.substitute_in_graph(dynamo_compiling)(_compiling)
 
 
 def register() -> None:

@@ -159,7 +159,8 @@ class FakeGPU:
         # no cuCtxGetDevice (0): the compiled executor asks the fake device function
         entry = Entry(function=function, max_threads=max_threads, shared_limit=shared_limit, address=function,
                       launch=ctypes.cast(self._c_launch, ctypes.c_void_p).value,
-                      launch_ex=ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, ctx_get_device=0, module=None)  # fmt: skip
+                      launch_ex=ctypes.cast(self._c_launch_ex, ctypes.c_void_p).value, ctx_get_device=0,
+                      visible_devices=0, module=None)  # fmt: skip
         patch.setitem(loader.entries, device, entry)
         devices = _executor.Devices(lambda: device, lambda dev: stream, self.cu_launch)
         # "default": the executor the kernel would pick itself (launchpad.launch_path())

@@ -14,6 +14,8 @@ import pytest
 import torch
 
 import launchpad as lp
+from launchpad.frontends.cutile.frontend import CutileKernel
+from launchpad.frontends.warp.kernel import WarpKernel
 from launchpad.launch import traced as _traced
 
 SOURCE = r"""
@@ -145,8 +147,14 @@ def test_eager_launch_is_one_c_call_bound_to_the_kernel(cpp):
     k = cpp["axpy"]
     assert isinstance(k.launch, types.MethodType)
     assert k.launch.__func__ is _traced.launch_first
+    # no class defines launch: the instance's attribute is read on Python's fast path, not found on
+    # the class and then shadowed (a slower read of every k.launch)
+    for kind in (lp.Kernel, CutileKernel, WarpKernel):
+        assert not any("launch" in vars(c) for c in kind.__mro__), kind
+    assert _traced.dynamo_compiling() is False  # k[grid] asks it in eager
     if lp.launch_path()[0] == "compiled":
         assert isinstance(_traced.launch_first, types.BuiltinFunctionType)  # no Python frame in eager
+        assert isinstance(_traced.dynamo_compiling, types.BuiltinFunctionType)
 
 
 def test_import_leaves_dynamo_alone_and_compile_still_traces():

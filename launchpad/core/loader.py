@@ -2,7 +2,9 @@
 
 The launch executors read :attr:`Loader.entries`, one tuple per device, without a lock (a dict
 read is atomic); everything that changes an entry (the first load, raising the shared-memory
-limit) runs under the loader's lock and replaces the whole tuple. An entry holds the
+limit) runs under the loader's lock and replaces the whole tuple. A compiled launcher keeps the
+entry it last launched with and does not look it up again while the device is the same: the
+entries are an :class:`EntryTable`, which tells every such reader of each change. An entry holds the
 :class:`LoadedModule` its function belongs to, and a launch holds its entry until the driver
 call returns; the module is unloaded when the last reference goes. So :meth:`Loader.unload`
 (``Kernel.close``) never unloads a module that a launch on another thread is still using: it
@@ -25,7 +27,7 @@ from . import driver as _driver
 from .binary import CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES, arch_runs_on, image_arch
 from .spec import KernelSpec
 
-__all__ = ["Entry", "LoadedModule", "Loader", "loaded_function"]
+__all__ = ["Entry", "EntryTable", "LoadedModule", "Loader", "loaded_function"]
 
 
 class Entry(NamedTuple):
@@ -41,6 +43,7 @@ class Entry(NamedTuple):
     launch: int  # cuLaunchKernel
     launch_ex: int  # cuLaunchKernelEx
     ctx_get_device: int  # cuCtxGetDevice (0: none; the executor asks torch)
+    visible_devices: int  # the devices the driver shows this process (1: the current device is always 0)
     module: LoadedModule  # what the entry keeps loaded
 
 
@@ -48,6 +51,71 @@ class Entry(NamedTuple):
 E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT = (
     Entry._fields.index(name) for name in ("function", "max_threads", "shared_limit")
 )
+
+
+class EntryTable(dict):
+    """A kernel's entries, device -> :class:`Entry`: a dict that calls ``forget()`` on each of its
+    readers after every change, whoever makes it (the loader, a test's fake device). A reader is
+    what keeps an entry between launches: a compiled launcher (``_claunch.Launcher``), held weakly.
+    Reads are the dict's own, at its speed."""
+
+    __slots__ = ("_readers",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        # weak references, replaced whole on each addition: a change told on one thread iterates a
+        # tuple no other thread changes
+        self._readers: tuple[weakref.ref, ...] = ()
+
+    def add_reader(self, reader: Any) -> None:
+        """Tell ``reader`` (its ``forget()``) of every later change, while it lives."""
+        self._readers = (*(r for r in self._readers if r() is not None), weakref.ref(reader))
+
+    def _changed(self) -> None:
+        for ref in self._readers:
+            reader = ref()
+            if reader is not None:
+                reader.forget()
+
+    def __setitem__(self, device: int, entry: Entry) -> None:
+        super().__setitem__(device, entry)
+        self._changed()
+
+    def __delitem__(self, device: int) -> None:
+        super().__delitem__(device)
+        self._changed()
+
+    def clear(self) -> None:
+        super().clear()
+        self._changed()
+
+    def pop(self, *args: Any) -> Any:
+        try:
+            return super().pop(*args)
+        finally:
+            self._changed()
+
+    def popitem(self) -> tuple[int, Entry]:
+        try:
+            return super().popitem()
+        finally:
+            self._changed()
+
+    def setdefault(self, device: int, entry: Any = None) -> Any:
+        try:
+            return super().setdefault(device, entry)
+        finally:
+            self._changed()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        super().update(*args, **kwargs)
+        self._changed()
+
+    def __ior__(self, other: Any) -> EntryTable:  # type: ignore[misc]  # (dict types | with other dicts only)
+        super().update(other)
+        self._changed()
+        return self
+
 
 #: Driver results of loading a module that mean the image itself cannot be used on the device.
 _IMAGE_ERRORS = frozenset({
@@ -108,7 +176,7 @@ class Loader:
         self.callbacks = spec.callbacks
         self.name = spec.display_name
         self.modules: dict[int, LoadedModule] = {}
-        self.entries: dict[int, Entry] = {}  # device -> entry, read by the executors
+        self.entries = EntryTable()  # device -> entry, read by the executors
         self.coresident: dict[tuple[int, int, int], int] = {}  # (device, threads, smem) -> max blocks
         self.lock = threading.Lock()
 
@@ -142,7 +210,7 @@ class Loader:
         _FUNCTIONS[int(module.function)] = module
         entry = Entry(function=module.function, max_threads=max_threads, shared_limit=limit,
                       address=int(module.function), launch=launch, launch_ex=launch_ex,
-                      ctx_get_device=ctx_get_device, module=module)  # fmt: skip
+                      ctx_get_device=ctx_get_device, visible_devices=_driver.device_count(), module=module)  # fmt: skip
         self.entries[device] = entry
         return entry
 

@@ -81,7 +81,7 @@ class LauncherTable(NamedTuple):
     nargs_min: int
     nargs_max: int
     plan: Any  # the spec's LaunchPlan (launchpad.core.spec), read by name (LAYOUTS["LaunchPlan"])
-    entries: dict  # the loader's: device -> Entry
+    entries: dict  # the loader's EntryTable, device -> Entry: calls the launcher's forget() on each change
     entry_fn: Callable[[int], Any]  # loader.entry(device)
     new_entry: Callable[[int], None]  # called with the device when the launcher reads an entry it had not
     python_launch: Callable[..., None]  # the Python executor's launch: every fallback goes there

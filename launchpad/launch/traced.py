@@ -7,18 +7,35 @@ import itertools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
 from ..core.spec import KernelSpec
 from .executor import _claunch
 
-__all__ = ["TRACED", "BoundLaunch", "Traced", "dynamo_compiling", "launch_first", "new_key"]
+__all__ = ["TRACED", "BoundLaunch", "LaunchFunction", "Traced", "dynamo_compiling", "launch_first", "new_key"]
 
 
 def _launch_first(pair: tuple, /, *args: Any, **named: Any) -> Any:
     return pair[0](*args, **named)
+
+
+class LaunchFunction(Protocol):
+    """The type of :attr:`Kernel.launch <launchpad.Kernel.launch>` (:func:`launch_first` bound to its pair)."""
+
+    def __call__(
+        self,
+        grid: int | tuple[int, ...],
+        block: int | tuple[int, ...] | None,
+        *args: Any,
+        shared_mem: int = 0,
+        stream: Any = None,
+        cluster: tuple[int, int, int] | None = None,
+        cooperative: bool = False,
+        pdl: bool = False,
+        **named: Any,
+    ) -> None: ...
 
 
 #: ``Kernel.launch`` is this function bound to ``(the executor's launch, the kernel's Traced)``: in
@@ -27,9 +44,10 @@ def _launch_first(pair: tuple, /, *args: Any, **named: Any) -> Any:
 #: operator, since Dynamo cannot trace into the executor's C function.
 launch_first: Callable[..., Any] = getattr(_claunch, "launch_first", None) or _launch_first
 
-#: Whether Dynamo is tracing: False in eager (one call of a function that returns it), True to
-#: Dynamo, which knows the function.
-dynamo_compiling: Callable[[], bool] = torch.compiler.is_dynamo_compiling
+#: Whether Dynamo is tracing: False in eager (one C call where the compiled module is built,
+#: torch's Python function otherwise), True to Dynamo (:mod:`launchpad.tracing` has it trace a
+#: stand-in for the C function; it knows torch's).
+dynamo_compiling: Callable[[], bool] = getattr(_claunch, "dynamo_compiling", None) or torch.compiler.is_dynamo_compiling
 
 
 @dataclass(eq=False)

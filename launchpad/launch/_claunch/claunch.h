@@ -164,7 +164,9 @@ typedef struct {
      * dimensions (0 a scalar, 1 a vector, 2 a matrix), dims their extents (owned) */
 } Op;
 
-/* A kernel's launch plan and the Python objects it calls back. */
+/* A kernel's launch plan and the Python objects it calls back. What every launch reads comes
+ * first, what only a new entry, a fallback or an unusual argument reads after it: a launch starts
+ * with the caches cold (the last driver call evicted them), and each line it touches costs. */
 typedef struct {
     PyObject_HEAD
     vectorcallfunc vectorcall;
@@ -182,30 +184,37 @@ typedef struct {
     unsigned int max_grid[3];
     int cluster[3];             /* 0: none */
     int spread, cooperative, pdl, oversized;
-    PyObject *entries;          /* dict: device -> entry tuple (the loader's) */
-    PyObject *entry_fn;         /* loader.entry(device) */
-    PyObject *new_entry;        /* (device) -> None, when the launcher reads an entry it has not read */
-    PyObject *python_launch;    /* the Python executor's launch: every fallback goes there */
-    PyObject *get_device;       /* () -> int */
-    PyObject *get_stream;       /* (device) -> int, or NULL: DLPack's current_work_stream */
-    PyObject *scratch_fn;       /* (nbytes, align, device, stream, zero) -> (owner, address) */
-    PyObject *same_value;       /* (a, b) -> bool */
-    PyObject *coresident;       /* (device, threads, shared) -> int */
-    PyObject *ctx;              /* the kernel's checks context, for converters */
-    /* launch hooks (NULL: none): the dict of the object holding them, their names, and the
-     * ``calls`` lists of the hook chains its class holds (None where the class holds none); a
-     * set hook sends the launch to Python */
-    PyObject *hooks_dict, *hook_names, *hook_calls;
-    PyObject *tensor_types;     /* tuple: the tensor classes read through DLPack (torch.Tensor, Parameter) */
-    const DLPackExchangeAPI *api;
+    /* 1 where the entry read says the driver shows this process one device: the current device is
+     * then 0 without asking (launcher.c's current_device says why that is what asking gives) */
+    int sole_device;
     /* the driver's current-device query, from the first entry that gives it; NULL: get_device */
     CtxGetDeviceFn ctx_get_device;
-    /* the last entry read, and what it says (read under the GIL, copied before it is released) */
+    /* the last entry read, the device it is for, and what it says (read under the GIL, copied
+     * before it is released); kept, not looked up again, while launches stay on that device:
+     * the loader's EntryTable calls forget() on every change */
     PyObject *entry;
+    int entry_device;
     CUfunction function;
     long max_threads, shared_limit;
     LaunchFn launch;
     LaunchExFn launch_ex;
+    PyObject *get_stream;       /* (device) -> int, or NULL: DLPack's current_work_stream */
+    const DLPackExchangeAPI *api;
+    PyObject *tensor_types;     /* tuple: the tensor classes read through DLPack (torch.Tensor, Parameter) */
+    /* launch hooks (NULL: none): the dict of the object holding them, their names, and the
+     * ``calls`` lists of the hook chains its class holds (None where the class holds none); a
+     * set hook sends the launch to Python */
+    PyObject *hooks_dict, *hook_names, *hook_calls;
+    /* read only by a new entry, a fallback or an unusual argument */
+    PyObject *entries;          /* the loader's EntryTable: device -> entry tuple */
+    PyObject *entry_fn;         /* loader.entry(device) */
+    PyObject *new_entry;        /* (device) -> None, when the launcher reads an entry it has not read */
+    PyObject *python_launch;    /* the Python executor's launch: every fallback goes there */
+    PyObject *get_device;       /* () -> int */
+    PyObject *scratch_fn;       /* (nbytes, align, device, stream, zero) -> (owner, address) */
+    PyObject *same_value;       /* (a, b) -> bool */
+    PyObject *coresident;       /* (device, threads, shared) -> int */
+    PyObject *ctx;              /* the kernel's checks context, for converters */
     PyObject *name;             /* "kernel 'name'": what LAUNCHPAD_NO_FALLBACK's error names */
     unsigned long long fallbacks;  /* calls handed to the Python executor (Launcher.fallbacks) */
     PyObject *weakreflist;
@@ -304,7 +313,7 @@ extern const char *const LP_REPLAY_USE_FIELDS[], *const LP_REPLAY_INPUT_FIELDS[]
     *const LP_DEVICE_TARGET_FIELDS[], *const LP_KERNEL_TARGET_FIELDS[], *const LP_COPY_TARGET_FIELDS[],
     *const LP_GRAPH_ENTRY_FIELDS[], *const LP_RING_FIELDS[], *const LP_STAGED_FIELDS[], *const LP_REPLAY_FIELDS[];
 /* The fields of LP_ENTRY_FIELDS, in its order (launcher.c reads them; bound.c the address and launch). */
-enum { EN_MAX_THREADS, EN_SHARED_LIMIT, EN_ADDRESS, EN_LAUNCH, EN_LAUNCH_EX, EN_CTX_GET_DEVICE };
+enum { EN_MAX_THREADS, EN_SHARED_LIMIT, EN_ADDRESS, EN_LAUNCH, EN_LAUNCH_EX, EN_CTX_GET_DEVICE, EN_VISIBLE_DEVICES };
 
 /* module.c: what a fallback returns: ``result`` as it is, unless LAUNCHPAD_NO_FALLBACK is set and the
  * Python side completed the call (``result`` not NULL: a silent slow path), where it is dropped and a

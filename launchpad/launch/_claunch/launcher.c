@@ -31,14 +31,22 @@ static int read_dims(PyObject *obj, unsigned int out[3], const unsigned int max[
     return LP_OK;
 }
 
+/* The launch takes what the launcher keeps of its entry. */
+static inline void copy_entry(Launch *L) {
+    Launcher *self = L->self;
+    L->function = self->function, L->launch = self->launch, L->launch_ex = self->launch_ex;
+    L->max_threads = self->max_threads, L->shared_limit = self->shared_limit;
+}
+
 /* What is read of the loader's Entry (launchpad/core/loader.py), by name: as claunch.h's EN_* order it. */
 const char *const LP_ENTRY_FIELDS[] = {"max_threads", "shared_limit", "address", "launch", "launch_ex",
-                                       "ctx_get_device", NULL};
+                                       "ctx_get_device", "visible_devices", NULL};
 
 /* What the device's entry says (its function's limits and address, the driver's cuLaunchKernel,
- * cuLaunchKernelEx and cuCtxGetDevice), read by name when the entry is new (the first launch, a
- * raised shared-memory limit, a reload) and kept with it until the next: nothing per launch. A new
- * entry is also when new_entry(device) learns that device's tensor fields (once per process). */
+ * cuLaunchKernelEx and cuCtxGetDevice, how many devices the driver shows), read by name when the
+ * entry is new (the first launch, a raised shared-memory limit, a reload) and kept with it until
+ * the next: nothing per launch. A new entry is also when new_entry(device) learns that device's
+ * tensor fields (once per process). */
 static int read_entry(Launch *L, PyObject *entry) {
     Launcher *self = L->self;
     if (entry != self->entry) {
@@ -53,6 +61,7 @@ static int read_entry(Launch *L, PyObject *entry) {
         LaunchFn launch = (LaunchFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, EN_LAUNCH));
         LaunchExFn launch_ex = (LaunchExFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, EN_LAUNCH_EX));
         CtxGetDeviceFn ctx_get_device = (CtxGetDeviceFn)PyLong_AsVoidPtr(PyTuple_GET_ITEM(t, EN_CTX_GET_DEVICE));
+        long visible_devices = PyLong_AsLong(PyTuple_GET_ITEM(t, EN_VISIBLE_DEVICES));
         Py_DECREF(t);
         if (PyErr_Occurred() || launch == NULL || launch_ex == NULL) {
             PyErr_Clear();
@@ -66,10 +75,32 @@ static int read_entry(Launch *L, PyObject *entry) {
         self->function = function, self->launch = launch, self->launch_ex = launch_ex;
         self->max_threads = max_threads, self->shared_limit = shared_limit;
         if (ctx_get_device != NULL) self->ctx_get_device = ctx_get_device;
+        self->sole_device = visible_devices == 1 && self->ctx_get_device != NULL;
     }
-    L->function = self->function, L->launch = self->launch, L->launch_ex = self->launch_ex;
-    L->max_threads = self->max_threads, L->shared_limit = self->shared_limit;
+    self->entry_device = L->device;
+    copy_entry(L);
     return LP_OK;
+}
+
+/* torch's current device: the current context's. One device shown to the process: 0, without
+ * asking, which is what asking gives: the driver's query can only say 0, and where it fails (no
+ * context current, a fresh thread) torch's says 0 too, and the launch then fails cleanly
+ * (CUDA_ERROR_INVALID_CONTEXT) into the Python executor, which makes the context current and
+ * retries, as it does after asking. Otherwise the driver's query, the cheap one; with no context
+ * or none known yet, torch's own. LP_OK and *out, or LP_FALLBACK (no exception set). */
+static int current_device(Launcher *self, int *out) {
+    long v = 0;
+    if (self->sole_device) {
+        *out = 0;
+        return LP_OK;
+    }
+    if (self->ctx_get_device != NULL && self->ctx_get_device(out) == 0) return LP_OK;
+    PyObject *device = PyObject_CallNoArgs(self->get_device);
+    int status = device != NULL ? lp_small_int(device, -1, 1 << 16, &v) : LP_FALLBACK;
+    Py_XDECREF(device);
+    PyErr_Clear();
+    *out = (int)v;
+    return status;
 }
 
 /* Whether a launch hook is set: an entry of the hooks' dict that is not None (a hook chain: its
@@ -163,32 +194,25 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     char *heap = NULL;  /* the parameter buffer of a launch whose parameters do not fit the stack's share */
     long v;
 
-    /* torch's current device is the current context's: the driver's query is the cheap one; with
-     * no context (a fresh thread) or none known yet, torch's own */
-    int ordinal;
-    PyObject *device;
-    if (self->ctx_get_device != NULL && self->ctx_get_device(&ordinal) == 0) {
-        device = PyLong_FromLong(ordinal);
-    } else {
-        device = PyObject_CallNoArgs(self->get_device);
-    }
+    if (current_device(self, &L.device) != LP_OK) goto fallback;
     LP_MARK(0);
     LP_UNMARK(1);
-    if (device == NULL || lp_small_int(device, -1, 1 << 16, &v) != LP_OK) {
-        Py_XDECREF(device);
-        PyErr_Clear();
-        goto fallback;
-    }
-    L.device = (int)v;
     /* a new reference: the entry holds the module, which stays loaded until this launch returns */
-    L.entry = PyDict_GetItemWithError(self->entries, device);
-    if (L.entry != NULL) {
-        Py_INCREF(L.entry);
-    } else if (!PyErr_Occurred()) {
-        L.entry = PyObject_CallOneArg(self->entry_fn, device);
+    if (self->entry != NULL && L.device == self->entry_device) {
+        L.entry = Py_NewRef(self->entry);  /* unchanged since it was read: the loader's table says */
+        copy_entry(&L);
+    } else {
+        PyObject *device = PyLong_FromLong(L.device);
+        if (device == NULL) goto done;
+        L.entry = PyDict_GetItemWithError(self->entries, device);
+        if (L.entry != NULL) {
+            Py_INCREF(L.entry);
+        } else if (!PyErr_Occurred()) {
+            L.entry = PyObject_CallOneArg(self->entry_fn, device);
+        }
+        Py_DECREF(device);
+        if (L.entry == NULL || read_entry(&L, L.entry) != LP_OK) goto done;
     }
-    Py_DECREF(device);
-    if (L.entry == NULL || read_entry(&L, L.entry) != LP_OK) goto done;
     LP_MARK(1);
     LP_UNMARK(2);
 
@@ -360,12 +384,13 @@ python:  /* a fallback too (a launch with arguments by name is Python's by desig
 static PyObject *Launcher_forget(Launcher *self, PyObject *unused) {
     (void)unused;
     Py_CLEAR(self->entry);  /* the module it holds is unloaded once nothing else holds it */
+    self->entry_device = -2;  /* no device: the next launch looks its entry up */
     Py_RETURN_NONE;
 }
 
 static PyMethodDef Launcher_methods[] = {
     {"forget", (PyCFunction)Launcher_forget, METH_NOARGS,
-     "forget(): drop the entry kept from the last launch (Kernel.close)."},
+     "forget(): drop the entry kept from the last launch (Kernel.close, and the loader's EntryTable on a change)."},
     {"configure", (PyCFunction)lp_configure, METH_VARARGS,
      "configure(grid, block, stream, shared_mem): the kernel[grid, block] callable (None: not given)."},
     {NULL, NULL, 0, NULL},

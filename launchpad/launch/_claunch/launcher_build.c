@@ -211,6 +211,11 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *t) {
     if (self == NULL) return NULL;
     self->vectorcall = lp_launcher_vectorcall;
     self->entries = Py_NewRef(entries);
+    /* the launcher keeps the entry it last read (launcher.c): the table (the loader's EntryTable)
+     * must call its forget() on every change, so one without add_reader is refused */
+    PyObject *added = PyObject_CallMethod(entries, "add_reader", "O", (PyObject *)self);
+    if (added == NULL) goto fail;
+    Py_DECREF(added);
     self->entry_fn = Py_NewRef(entry_fn);
     self->new_entry = Py_NewRef(new_entry);
     self->python_launch = Py_NewRef(python_launch);

@@ -152,6 +152,14 @@ static PyObject *launch_first(PyObject *module, PyObject *const *args, size_t na
                                kwnames);
 }
 
+/* dynamo_compiling() -> False: what Kernel.__getitem__ and triton_launcher ask before returning their
+ * C launch paths, at the cost of a C call (torch.compiler.is_dynamo_compiling is a Python frame). Under
+ * torch.compile Dynamo traces launchpad/tracing.py's stand-in, which says True. */
+static PyObject *dynamo_compiling(PyObject *module, PyObject *unused) {
+    (void)module, (void)unused;
+    Py_RETURN_FALSE;
+}
+
 #ifdef LP_PROFILE
 #include <time.h>
 unsigned long long lp_profile_ns[LP_STEPS], lp_profile_calls;
@@ -177,6 +185,8 @@ static PyObject *profile(PyObject *module, PyObject *unused) {
 #endif
 
 static PyMethodDef module_methods[] = {
+    {"dynamo_compiling", dynamo_compiling, METH_NOARGS,
+     "dynamo_compiling() -> False in eager; True to Dynamo, which traces launchpad.tracing's stand-in."},
     {"launch_first", (PyCFunction)(void (*)(void))launch_first, METH_FASTCALL | METH_KEYWORDS,
      "launch_first(pair, *args, **kwargs) -> pair[0](*args, **kwargs): Kernel.launch, bound to its pair."},
     {"set_torch_fields", lp_set_torch_fields, METH_O,
