@@ -7,6 +7,7 @@ function each launch reaches the driver with, and how often the current-device q
 from __future__ import annotations
 
 import ctypes
+import random
 
 import pytest
 import torch
@@ -140,3 +141,36 @@ def test_one_visible_device_is_not_asked_for(spec, monkeypatch, visible):
         k.launch(1, 32, y, x, 2.0, 16)
     assert len(gpu.launches) == 6 and k.fallbacks == 0
     assert len(asked) == (0 if visible == 1 else 5)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_device_switches_and_entry_changes_launch_the_current_entry(spec, monkeypatch, seed):
+    """Random launches, device switches (two fake devices), entry replacements and forgets: every
+    launch reaches the driver with the function of the entry the loader holds for the current device
+    at that moment, as a lookup at every launch would."""
+    rng = random.Random(seed)
+    gpu = FakeGPU(monkeypatch, "compiled")
+    k = gpu.install(lp.Kernel(spec, compiled=True), device=0)
+    table, current = k._loader.entries, [0]
+    table[1] = table[0]._replace(function=table[0].address + 0x20, address=table[0].address + 0x20)
+    gpu._kernels[table[1].address] = k
+    devices = _executor.Devices(lambda: current[0], lambda dev: 0x5000 + dev, gpu.cu_launch)
+    executor = _executor.build(k.spec, k._loader, devices, compiled=True)
+    monkeypatch.setattr(k, "launch", executor.launch)
+    expected, fresh = [], table[0].address + 0x1000
+    for _ in range(300):
+        op = rng.random()
+        if op < 0.5:
+            k.launch(rng.randint(1, 4), 32, 0x1000, 0x2000, 2.0, 16)  # raw addresses: any fake device takes them
+            expected.append((table[current[0]].address, 0x5000 + current[0]))
+        elif op < 0.7:
+            current[0] = rng.randint(0, 1)
+        elif op < 0.9:
+            fresh += 0x20
+            gpu._kernels[fresh] = k
+            device = rng.randint(0, 1)
+            table[device] = table[device]._replace(function=fresh, address=fresh)
+        else:
+            executor.forget()
+    assert [(launch.function, launch.stream) for launch in gpu.launches] == expected
+    assert executor.compiled.fallbacks == 0
