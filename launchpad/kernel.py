@@ -146,9 +146,10 @@ class Kernel:
         compiled = self._executor.compiled
         return compiled.fallbacks if compiled is not None else 0
 
-    # An attribute set per instance (in _trace), not a method: a method of the class of that name
-    # would make every ``k.launch`` read take Python's slow attribute path (the class's function
-    # found, then shadowed by the instance's), about 40-120 ns a launch on the GPU machine.
+    # An attribute set per instance (in _trace), not a method: a method of that name on the class
+    # would send every ``k.launch`` read down Python's slower attribute path (found on the class,
+    # then shadowed by the instance's); on the GPU machine up to ~100 ns in one run, within the
+    # noise in another (docs/benchmarks.md).
     launch: LaunchFunction
     """Launch the kernel: ``k.launch(grid, block, *args, shared_mem=0, stream=None, cluster=None,
     cooperative=False, pdl=False, **named)``.

@@ -29,6 +29,19 @@ def spec():
     return lp.compile_cuda(SOURCE, "axpy", arch="sm_90").spec
 
 
+def _launched(spec, monkeypatch) -> tuple:
+    """A kernel on the fake device (-1), launched once, and its launch of CPU tensors."""
+    gpu = FakeGPU(monkeypatch, "compiled")
+    k = gpu.install(lp.Kernel(spec, compiled=True))
+    y, x = torch.randn(16), torch.randn(16)
+
+    def launch() -> None:
+        k.launch(1, 32, y, x, 2.0, 16)
+
+    launch()
+    return gpu, k, launch
+
+
 def _other_function(gpu: FakeGPU, k: lp.Kernel, device: int) -> tuple:
     """The kernel's entry on ``device`` with a new function address the fake driver knows."""
     entry = k._loader.entries[device]
@@ -38,19 +51,16 @@ def _other_function(gpu: FakeGPU, k: lp.Kernel, device: int) -> tuple:
 
 
 def test_a_changed_entry_reaches_the_next_launch(spec, monkeypatch):
-    gpu = FakeGPU(monkeypatch, "compiled")
-    k = gpu.install(lp.Kernel(spec, compiled=True))
-    y, x = torch.randn(16), torch.randn(16)
-    k.launch(1, 32, y, x, 2.0, 16)
+    gpu, k, launch = _launched(spec, monkeypatch)
     old, new = _other_function(gpu, k, -1)
     k._loader.entries[-1] = new  # as the loader replaces it (a raised shared-memory limit, a reload)
-    k.launch(1, 32, y, x, 2.0, 16)
-    k[1, 32](y, x, 2.0, 16)
+    launch()
+    k[1, 32](torch.randn(16), torch.randn(16), 2.0, 16)
     assert [launch.function for launch in gpu.launches] == [old.address, new.address, new.address]
     for change in (lambda t: t.update({-1: old}), lambda t: t.__ior__({-1: old}), lambda t: t.setdefault(-1, old)):
         dict.__setitem__(k._loader.entries, -1, new)
         change(k._loader.entries)
-        k.launch(1, 32, y, x, 2.0, 16)
+        launch()
     assert [launch.function for launch in gpu.launches[3:]] == [old.address, old.address, new.address], (
         "setdefault changes nothing where the device has an entry"
     )
@@ -58,28 +68,22 @@ def test_a_changed_entry_reaches_the_next_launch(spec, monkeypatch):
 
 
 def test_an_unchanged_entry_is_not_looked_up_again(spec, monkeypatch):
-    gpu = FakeGPU(monkeypatch, "compiled")
-    k = gpu.install(lp.Kernel(spec, compiled=True))
-    y, x = torch.randn(16), torch.randn(16)
-    k.launch(1, 32, y, x, 2.0, 16)
+    gpu, k, launch = _launched(spec, monkeypatch)
     old, new = _other_function(gpu, k, -1)
     dict.__setitem__(k._loader.entries, -1, new)  # behind the table's back: no reader is told
-    k.launch(1, 32, y, x, 2.0, 16)
+    launch()
     k._executor.forget()  # what the table calls on a change
-    k.launch(1, 32, y, x, 2.0, 16)
+    launch()
     assert [launch.function for launch in gpu.launches] == [old.address, old.address, new.address]
 
 
-def test_a_closed_kernel_drops_its_kept_entry(spec, monkeypatch):
-    gpu = FakeGPU(monkeypatch, "compiled")
-    k = gpu.install(lp.Kernel(spec, compiled=True))
-    y, x = torch.randn(16), torch.randn(16)
-    k.launch(1, 32, y, x, 2.0, 16)
+def test_a_removed_entry_is_not_launched_again(spec, monkeypatch):
+    gpu, k, launch = _launched(spec, monkeypatch)
     _, new = _other_function(gpu, k, -1)
     dict.__setitem__(k._loader.entries, -1, new)
-    k._loader.entries.pop(-1)
+    k._loader.entries.pop(-1)  # as Kernel.close empties the table
     dict.__setitem__(k._loader.entries, -1, new)  # (the fake device has nothing to load)
-    k.launch(1, 32, y, x, 2.0, 16)
+    launch()
     assert gpu.launches[-1].function == new.address
 
 
