@@ -152,6 +152,9 @@ def test_eager_launch_is_one_c_call_bound_to_the_kernel(cpp):
     for kind in (lp.Kernel, CutileKernel, WarpKernel):
         assert not any("launch" in vars(c) for c in kind.__mro__), kind
     assert _traced.dynamo_compiling() is False  # k[grid] asks it in eager
+    # its repr names the kernel, not the whole spec with its binary
+    assert "Traced('k" in repr(k.launch) and "kernel 'axpy'" in repr(k.launch) and len(repr(k.launch)) < 300
+    assert "image=" not in repr(k.spec) and "name='axpy'" in repr(k.spec)
     if lp.launch_path()[0] == "compiled":
         assert isinstance(_traced.launch_first, types.BuiltinFunctionType)  # no Python frame in eager
         assert isinstance(_traced.dynamo_compiling, types.BuiltinFunctionType)

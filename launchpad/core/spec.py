@@ -192,10 +192,11 @@ class KernelSpec:
         ``launch_metadata``), or None.
 
     ``callbacks``, ``keepalive`` and ``launch_metadata`` are Python objects: they are not part of
-    the JSON an artifact stores, nor of equality.
+    the JSON an artifact stores, nor of equality. The image is left out of the repr (it is the
+    binary, often hundreds of KB).
     """
 
-    image: bytes
+    image: bytes = field(repr=False)
     image_kind: str
     name: str
     params: tuple[Param, ...]

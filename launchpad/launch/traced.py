@@ -61,6 +61,9 @@ class Traced:
     launch: Callable[..., None]
     writes: tuple[str, ...] | None = None  # the tensors declared written; None: derived
 
+    def __repr__(self) -> str:  # what repr(k.launch) shows of it: the kernel, not its whole spec
+        return f"Traced({self.key!r}, kernel {self.spec.display_name!r})"
+
 
 @dataclass(eq=False)
 class BoundLaunch:
@@ -72,6 +75,9 @@ class BoundLaunch:
     block: Any
     args: tuple
     options: dict
+
+    def __repr__(self) -> str:
+        return f"BoundLaunch(kernel {self.traced.spec.display_name!r}, grid {self.grid!r}, block {self.block!r})"
 
 
 #: Each kernel's Traced by key, while the kernel lives: how the operator's registration, which
