@@ -103,6 +103,7 @@ class FakeGraphs:
         monkeypatch.setattr(_updates.Ring, "prologue", lambda ring, function: self._prologue(ring, function))
         monkeypatch.setattr(_updates.Ring, "launch", lambda ring, function, stream: self._run_updater(ring, function))
         self.captures = 0  # captures made so far
+        self.holes: tuple[int, ...] = ()  # the holes of the capture being made (capture.capture's)
         self.replays: list[int] = []  # graphs launched through torch's CUDAGraph.replay() (random numbers)
         self._pools: dict = {}  # a capture's graph -> the tensors of its pool (a later capture may share it)
         self.history = True  # whether captures come with their allocations (torch's allocator history)
@@ -146,7 +147,9 @@ class FakeGraphs:
         assert seq.replay_path == self.fake.executor
         return seq
 
-    def capture(self, fn, values, skip=frozenset(), pool=None, relaxed=False, generators=(), timed=False):
+    def capture(self, fn, values, skip=frozenset(), pool=None, relaxed=False, generators=(), timed=False,
+                holes=()):  # fmt: skip
+        self.holes = holes  # (a function may place its blocks apart where the capture's pool has holes)
         self._capturing, self._kept, self._blocks, self._captured_ring = [], [], [], None
         self._entries, self._ticks = [], []  # torch's history (allocations, frees) and a node clock's ticks
         self._shared = list(self._pools.get(pool, ()))  # a shared pool: the same blocks again, in order

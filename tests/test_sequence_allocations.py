@@ -11,9 +11,12 @@ import struct
 import sys
 import threading
 
+import torch
+
 from launchpad.sequences.allocations import Blocks, lifetimes
 from launchpad.sequences.analysis import same_word
 from launchpad.sequences.capture import Capture, Node
+from launchpad.sequences.outputs import SHARED_ADDRESS
 
 MB = 1 << 20
 
@@ -78,7 +81,7 @@ def test_a_word_at_the_address_two_touching_blocks_share_makes_the_output_a_copy
     assert not Blocks(blocks).shares(0)
     boundary = capture(blocks, 0x7F00_0000_1200)
     storage = Storage(0x200)
-    assert "points into it but does not follow it" in _follow(
+    assert SHARED_ADDRESS in _follow(
         storage, 0, boundary.nodes, boundary, capture(control_blocks, 0x7F20_0000_1200), never
     )
     inside = capture(blocks, 0x7F00_0000_1040)
@@ -209,6 +212,107 @@ def test_an_address_two_blocks_share_means_what_every_capture_reads_there():
         assert _follow(storage, 0, final.nodes, final, two_words(apart, control_word, 0x7F20_0000_1010), never) == ""
         assert [(u.offset, u.delta) for u in storage.uses] == uses
     touching = two_words([(0x7F20_0000_1000, 0x200), (0x7F20_0000_1200, 0x200)], 0x7F20_0000_1200, 0x7F20_0000_1010)
-    assert "points into it but does not follow it" in _follow(Storage(0x200), 0, final.nodes, final, touching, never)
+    assert SHARED_ADDRESS in _follow(Storage(0x200), 0, final.nodes, final, touching, never)
     elsewhere = two_words(apart, 0x7F20_0000_1100, 0x7F20_0000_1010)  # into the output, at another offset
     assert "points into it but does not follow it" in _follow(Storage(0x200), 0, final.nodes, final, elsewhere, never)
+
+
+def test_a_third_capture_whose_blocks_lie_apart_tells_what_a_word_at_a_shared_address_means():
+    """The transformer step's loss on an H100 and an H200: its block ends where a gradient's starts in
+    the capture that runs and in the control alike (one 2 MiB segment of torch's small pool each), and
+    cuBLAS's GEMM holds that address. The third capture, whose pool holds holes, puts the two
+    apart: a word that reads the gradient's start there means the gradient (no use of the loss); one
+    that reads the loss's end there means that end (a use); one that moves within the loss from capture
+    to capture, or a third capture that could not be compared (None), leaves the loss a copy."""
+    from launchpad.sequences.analysis import Storage
+    from launchpad.sequences.outputs import _follow
+
+    def two_words(blocks: list[tuple[int, int]], boundary: int, inside: int) -> Capture:
+        node = Node(handle=1, kind="kernel", function=7, name="k", layout=((0, 8), (8, 8)),
+                    block=struct.pack("<QQ", boundary, inside))  # fmt: skip
+        return Capture(graph=None, nodes=[node], result=None, allocations=Blocks(blocks))
+
+    final = two_words([(0x7F00_0000_1000, 0x200), (0x7F00_0000_1200, 0x200)], 0x7F00_0000_1200, 0x7F00_0000_1010)
+    control = two_words([(0x7F20_0000_1000, 0x200), (0x7F20_0000_1200, 0x200)], 0x7F20_0000_1200, 0x7F20_0000_1010)
+    apart = [(0x7F40_0000_1200, 0x200), (0x7F40_0020_0000, 0x200)]  # (the spacers moved both, the loss alone)
+    gradient = two_words(apart, 0x7F40_0020_0000, 0x7F40_0000_1210)
+    end = two_words(apart, 0x7F40_0000_1400, 0x7F40_0000_1210)
+    moved = two_words(apart, 0x7F40_0000_1300, 0x7F40_0000_1210)  # into the loss, at another offset
+    for third, uses in ((gradient, [(8, 0x10)]), (end, [(0, 0x200), (8, 0x10)])):
+        storage = Storage(0x200)
+        assert _follow(storage, 0, final.nodes, final, control, never, third=third) == ""
+        assert [(u.offset, u.delta) for u in storage.uses] == uses
+    assert "points into it but does not follow it" in _follow(Storage(0x200), 0, final.nodes, final, control, never,
+                                                              third=moved)  # fmt: skip
+    assert SHARED_ADDRESS in _follow(Storage(0x200), 0, final.nodes, final, control, never, third=None)
+
+
+def test_the_holes_and_spacers_of_a_capture_are_left_out_of_its_allocations(monkeypatch):
+    """What a capture allocates before the function runs (``capture(holes=...)``: holes between
+    spacers) is launchpad's, not the function's: torch's history lists it, the allocation facts do
+    not, so the function's ``k``-th allocation is the ``k``-th of every capture, holes or none, even
+    where the function takes a hole's address again."""
+    from launchpad.sequences.allocations import History
+
+    trace: list[dict] = []
+    memory = torch.cuda.memory
+    monkeypatch.setattr(torch._C, "_cuda_isHistoryEnabled", lambda: False, raising=False)
+    monkeypatch.setattr(memory, "_record_memory_history", lambda *a, **k: None)
+    monkeypatch.setattr(memory, "_snapshot", lambda: {"device_traces": [trace], "segments": []})
+    trace.append({"action": "alloc", "addr": 0x100, "size": 512})  # before the capture: not read
+    with History(0) as history:
+        trace.append({"action": "alloc", "addr": 0x8000, "size": 64})  # the capture's own, before the holes
+        start = history.mark()
+        trace.extend([{"action": "alloc", "addr": 0x9000, "size": 512},  # a spacer, a hole, a spacer
+                      {"action": "alloc", "addr": 0x9200, "size": MB}, {"action": "alloc", "addr": 0x109200, "size": 512},
+                      {"action": "free_requested", "addr": 0x9200, "size": MB}])  # fmt: skip
+        history.skip = (start, history.mark())
+        trace.extend([{"action": "alloc", "addr": 0x9200, "size": MB}, {"action": "alloc", "addr": 0xB000, "size": 64},
+                      {"action": "free_requested", "addr": 0xB000, "size": 64}])  # fmt: skip
+    assert history.blocks == [(0x8000, 64), (0x9200, MB), (0xB000, 64)]
+
+
+def test_holes_are_carved_between_spacers_and_every_segment_filled(monkeypatch):
+    """``capture(holes=...)``'s layout, segment by segment of torch's small pool (2 MiB, carved in
+    order from its only free block): a spacer, then each hole followed by a spacer, and the rest of
+    a segment filled before the next begins (so that the allocator's best fit finds no leftover to
+    put a spacer in instead, which would let two holes touch). Only the holes are freed."""
+    from launchpad.sequences import capture as _capture
+
+    requests: list[int] = []
+    empty = torch.empty
+    monkeypatch.setattr(torch, "empty", lambda n, **kw: requests.append(n) or empty(n, dtype=kw["dtype"]))
+    sizes = (MB, MB, 1536, 512, 3 * 512)
+    held = _capture._holes_between_spacers(sizes, "cpu")
+    segments, segment, kinds = [], [], []
+    todo = list(sizes)
+    for n in requests:  # (which request is which, by the order the helper makes them)
+        kind = "hole" if todo and segment and kinds[-1] == "spacer" and n == todo[0] else "spacer"
+        if kind == "hole":
+            todo.pop(0)
+        segment.append(n)
+        kinds.append(kind)
+        if sum(segment) == 2 * MB:
+            segments.append(segment)
+            segment = []
+    assert not todo and not segment and len(segments) == 2  # every hole made, every segment filled exactly
+    holes = [i for i, k in enumerate(kinds) if k == "hole"]
+    assert all(kinds[i - 1] == "spacer" and kinds[i + 1] == "spacer" and requests[i - 1] == requests[i + 1] == 512
+               for i in holes)  # fmt: skip
+    assert len(held) == len(requests) - len(sizes)  # the holes freed, the rest held
+
+
+def test_a_third_capture_is_compared_only_where_its_allocations_and_nodes_are_the_others():
+    """The third capture is compared with the others only where its ``k``-th allocation is theirs
+    (the control's sizes, in order) and its nodes are the kept capture's: else it is left out
+    (None), and a word at an address two blocks share leaves the output a copy, as before."""
+    from launchpad.sequences.kept_capture import _alike
+
+    control = capture([(0x1000, 512), (0x1200, MB)], 0x1000)
+    same = capture([(0x9000, 512), (0xA000, MB)], 0x9000)
+    assert _alike(same, control, control)
+    assert not _alike(capture([(0xA000, MB), (0x9000, 512)], 0x9000), control, control)  # another order
+    assert not _alike(capture([(0x9000, 512)], 0x9000), control, control)  # one allocation fewer
+    other_kernel = capture([(0x9000, 512), (0xA000, MB)], 0x9000)
+    other_kernel.nodes[0].function = 8
+    assert not _alike(other_kernel, control, control) and not _alike(None, control, control)

@@ -481,9 +481,9 @@ def test_an_address_two_pools_hold_in_different_blocks_does_not_hide_the_outputs
     scale = graphs.fake.install(module["scale"])
     capture = graphs.capture
 
-    def capture_noting_pool(fn, values, skip=frozenset(), pool=None, relaxed=False, generators=(), timed=False):
+    def capture_noting_pool(fn, values, pool=None, **options):
         graphs.fresh_pool = pool is None
-        return capture(fn, values, skip=skip, pool=pool, relaxed=relaxed, generators=generators, timed=timed)
+        return capture(fn, values, pool=pool, **options)
 
     monkeypatch.setattr(_capture, "capture", capture_noting_pool)
     graphs.fresh_pool = True  # (the warm-up runs in no capture)
@@ -719,10 +719,10 @@ def test_a_step_whose_launches_the_clock_changes_is_kept_without_it(module, grap
     scale = graphs.fake.install(module["scale"])
     capture, timings = graphs.capture, []
 
-    def capture_noting_timed(fn, values, skip=frozenset(), pool=None, relaxed=False, generators=(), timed=False):
+    def capture_noting_timed(fn, values, timed=False, **options):
         graphs.clocked = timed
         timings.append(timed)
-        return capture(fn, values, skip=skip, pool=pool, relaxed=relaxed, generators=generators, timed=timed)
+        return capture(fn, values, timed=timed, **options)
 
     monkeypatch.setattr(_capture, "capture", capture_noting_timed)
     graphs.clocked = False
@@ -739,3 +739,51 @@ def test_a_step_whose_launches_the_clock_changes_is_kept_without_it(module, grap
     assert [n.name for n in seq._state.plan.nodes] == ["scale"]
     got = seq(f32(value=3.0))
     assert graphs.reads(seq, 0)[:8] == struct.pack("<Q", got.data_ptr())  # the output re-pointed
+
+
+@pytest.mark.parametrize("apart", [True, False])
+def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_where_holes_part_them(module, graphs,
+                                                                                                  apart):  # fmt: skip
+    """A training step's loss and a gradient the step leaves behind: the loss's block ends where the
+    gradient's starts in every plain capture (one segment of torch's pool, split alike), and the
+    gradient's writer holds that address. The third capture's pool holds a hole of each size the
+    control allocated, between spacers, so that its blocks lie apart (``apart``); there the writer's
+    word reads the gradient alone. So the word means the gradient: it stays, while the loss is
+    re-pointed at new memory each replay. Where they touch there too, the loss is copied, for that
+    word (before: copied in every case)."""
+    from launchpad.sequences.outputs import SHARED_ADDRESS
+
+    scale = graphs.fake.install(module["scale"])
+    left: dict[str, torch.Tensor] = {}
+    holes = []
+
+    def step(x):
+        holes.append(graphs.holes)
+        if apart and graphs.holes:  # the blocks lie apart
+            loss, grad = graphs.pool(torch.empty(N)), graphs.pool(torch.empty(N))
+        else:  # one segment, split: the gradient's block starts where the loss's ends
+            segment = bytearray(8 * N)
+            loss, grad = (graphs.pool(torch.frombuffer(memoryview(segment)[k * 4 * N : (k + 1) * 4 * N],
+                                                       dtype=torch.float32)) for k in (0, 1))  # fmt: skip
+            assert loss.data_ptr() + 4 * N == grad.data_ptr()
+        scale[1, N](grad, x, 0.5, N)  # node 0: the gradient, left behind
+        scale[1, N](loss, x, 2.0, N)  # node 1: the output
+        left["grad"] = grad
+        return loss
+
+    seq = graphs.record(step, f32())
+    assert (4 * N, 4 * N) in holes  # (the third capture's: the control's two blocks)
+    st = seq._state
+    if not apart:
+        assert SHARED_ADDRESS in st.plan.storages[0].copy and "node 0" in st.plan.storages[0].copy
+        got = seq(f32(value=3.0))
+        assert graphs.copied_to(seq, seq.nodes - 1) == got.data_ptr()  # copied out
+        return
+    assert not st.plan.storages[0].copy, st.plan.storages[0].copy
+    assert [(u.node, u.offset) for u in st.plan.storages[0].uses] == [(1, 0)]
+    grad = left["grad"].data_ptr()
+    for value in (3.0, -1.5, 0.25):
+        got = seq(f32(value=value))
+        assert graphs.reads(seq, 1)[:8] == struct.pack("<Q", got.data_ptr())  # the loss: re-pointed
+        assert graphs.reads(seq, 0)[:8] == struct.pack("<Q", grad)  # the gradient's writer: kept
+    assert "written there by 1 re-pointed place(s)" in seq.explain(), seq.explain()

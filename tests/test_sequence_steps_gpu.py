@@ -224,3 +224,27 @@ def test_a_step_that_waits_for_the_host_is_refused_and_the_process_stays_usable(
     assert done.returncode == 0, done.stderr[-3000:]
     assert "refused: the function waits for the host" in done.stdout and "randn torch.Size([4])" in done.stdout
     assert "replay True" in done.stdout, done.stdout
+
+
+@pytest.mark.parametrize("name", ["mlp", "transformer"])
+def test_the_bench_training_steps_return_their_loss_re_pointed_and_replay_exactly(name):
+    """Issue 35, point 3: the bench's training steps (AdamW foreach, capturable) return their loss
+    in new memory each replay, written there by the re-pointed kernels, not copied. The transformer
+    block's loss ends where a gradient's block starts in every plain capture, and cuBLAS's GEMM holds
+    that address: the third capture's holes between spacers put the two apart, which says the GEMM's
+    word means the gradient. 20 replays equal an eager twin bit for bit, the loss and every parameter."""
+    from launchpad.bench.sequence_training import Trainer, Workload
+
+    work = Workload(name)
+    mine, twin = Trainer(work), Trainer(work)
+    seq = lp.record(mine.step, *work.batches[0])
+    (output,) = [line for line in seq.explain().splitlines() if line.lstrip().startswith("output 0")]
+    assert "re-pointed" in output and "copied" not in output, seq.explain()
+    mine.reset()
+    twin.reset()
+    for r in range(20):
+        x, y = work.batches[r % len(work.batches)]
+        got, expected = seq(x, y), twin.step(x, y)
+        assert same(got, expected), (r, got, expected)
+    for p, q in zip(mine.model.parameters(), twin.model.parameters()):
+        assert same(p.detach(), q.detach())

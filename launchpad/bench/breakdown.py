@@ -125,6 +125,7 @@ def main() -> int:
         "launch, 2 tensors and n (torch's fields)": Timed(lambda: k.launch(1, 1024, x, y, n)),
         "launch, 2 tensors and n, through DLPack": Timed(batch=through_dlpack(lambda: k.launch(1, 1024, x, y, n))),
         "launch, 2 tensors and n, stream= given": Timed(lambda: k.launch(1, 1024, x, y, n, stream=stream)),
+        "Triton cubin, bound launch (its driver call)": Timed(tri.bind(1, None, x, y, n)),
         "Triton cubin launch (x, y, n; BLOCK built in)": Timed(lambda: tri.launch(1, None, x, y, n)),
         "C floor, 32 pointers and n": Timed(batch=wide_floor),
         "launch, 32 tensors and n": Timed(lambda: wide.launch(1, SWEEP_N, *many, SWEEP_N)),

@@ -58,6 +58,7 @@ class History:
         self.blocks: list[tuple[int, int]] | None = None
         self.lifetimes: list[tuple[int, int]] | None = None  # per block: see :func:`lifetimes`
         self.pool: Any = None  # the graph's memory pool (its id), set once the capture has begun
+        self.skip = (0, 0)  # entries of the history [start, end) that are not the captured function's
         self._start = -1  # entries in the history when the capture began; -1: not ours to read
 
     def __enter__(self) -> History:
@@ -90,12 +91,19 @@ class History:
                 trace = self._trace(snapshot)
                 if len(trace) < MAX_ENTRIES:  # (a full history has lost its oldest entries)
                     mine = _in_pool(snapshot, self.pool)
-                    entries = [e for e in trace[self._start :] if e["action"] in _ACTIONS and mine(int(e["addr"]))]
+                    first, end = self.skip
+                    entries = [e for j, e in enumerate(trace) if j >= self._start and not first <= j < end and
+                               e["action"] in _ACTIONS and mine(int(e["addr"]))]  # fmt: skip
                     self.blocks = [(int(e["addr"]), int(e["size"])) for e in entries if e["action"] == "alloc"]
                     if self.clock is not None:
                         self.lifetimes = lifetimes(entries, self.clock.token, self.clock.ticks)
         finally:
             torch.cuda.memory._record_memory_history(None)
+
+    def mark(self) -> int:
+        """Where the history stands now (its entries so far; -1 where it is not read): bounds
+        :attr:`skip`."""
+        return len(self._trace()) if self._start >= 0 else -1
 
     def _trace(self, snapshot: dict | None = None) -> list[dict]:
         traces = (snapshot or torch.cuda.memory._snapshot())["device_traces"]

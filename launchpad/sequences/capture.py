@@ -27,6 +27,9 @@ from .allocations import Blocks, History, clock_available, node_clock
 
 __all__ = [
     "MEMCPY_FIELDS",
+    "SMALL_BLOCK",
+    "SMALL_SEGMENT",
+    "SPACER",
     "Capture",
     "Node",
     "capture",
@@ -40,6 +43,10 @@ __all__ = [
     "snapshot",
     "tensor_span",
 ]
+
+#: Torch's small pool: its largest block, its segments, and its smallest block, the spacer between
+#: two holes (:func:`capture`'s ``holes``).
+SMALL_BLOCK, SMALL_SEGMENT, SPACER = 1 << 20, 2 << 20, 512
 
 #: Where a memcpy node's device addresses sit in its ``CUDA_MEMCPY3D`` (``srcDevice``,
 #: ``dstDevice``), and a memset's in its ``CUDA_MEMSET_NODE_PARAMS`` (``dst``): the offsets a
@@ -102,13 +109,18 @@ class Capture:
 
 
 def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int] = frozenset(), pool: Any = None,
-            relaxed: bool = False, generators: Iterable[Any] = (), timed: bool = False) -> Capture:  # fmt: skip
+            relaxed: bool = False, generators: Iterable[Any] = (), timed: bool = False,
+            holes: tuple[int, ...] = ()) -> Capture:  # fmt: skip
     """Capture ``fn(**values)`` on torch's machinery (into the memory pool ``pool``, torch's pool
     handle, where given; in CUDA's relaxed capture mode where ``relaxed``, so that a kernel may
     compile and load meanwhile; with ``generators`` registered besides torch's default one);
     snapshot the graph's nodes (those whose function is in ``skip``, launchpad's own, left out).
     ``timed``: under a :class:`~launchpad.sequences.allocations.NodeClock`, whose allocation
-    lifetimes (where torch gives them) come with the allocations."""
+    lifetimes (where torch gives them) come with the allocations. ``holes``: sizes of free blocks the
+    graph's pool holds when ``fn`` starts, each between two spacers (:data:`SPACER` bytes, held until
+    the capture ends), left out of the allocation facts: torch's best fit puts each of ``fn``'s
+    blocks of those sizes into a hole, so that none touches another, where they may in every plain
+    capture."""
     graph = torch.cuda.CUDAGraph(keep_graph=True)
     for generator in generators:
         graph.register_generator_state(generator)
@@ -121,15 +133,21 @@ def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int]
         clear_workspaces()
     history = History(torch.cuda.current_device())
     timed = timed and clock_available()  # (asked before the capture: it starts a thread)
+    spacers: list[torch.Tensor] = []
     try:
         with history:
             with torch.cuda.graph(graph, pool=pool, capture_error_mode="relaxed" if relaxed else "global"):
+                if holes:
+                    start = history.mark()
+                    spacers = _holes_between_spacers(holes, history.device)
+                    history.skip = (start, history.mark())
                 if timed:
                     with node_clock(torch.cuda.current_stream().cuda_stream) as history.clock:
                         result = fn(**values)
                 else:
                     result = fn(**values)
             history.pool = graph.pool()
+        spacers.clear()  # (freed into the graph's pool once the history is read)
     except LaunchpadError:
         recover()
         raise
@@ -140,6 +158,37 @@ def capture(fn: Callable[..., Any], values: dict[str, Any], skip: frozenset[int]
     blocks = Blocks(history.blocks, history.lifetimes) if history.blocks is not None else None
     kept = [i for i, n in enumerate(nodes) if n.function not in skip]
     return Capture(graph, [nodes[i] for i in kept], result, blocks, kept)
+
+
+def _holes_between_spacers(sizes: tuple[int, ...], device: int) -> list[torch.Tensor]:
+    """In the capturing graph's pool (its small blocks: none yet), segment by segment, a spacer, then
+    for each size a hole and a spacer, and a segment's rest filled (so that no free block is left
+    where the allocator's best fit could put a spacer instead): the holes are freed (no node:
+    allocations alone), the spacers and fillers returned, to be held. Torch's allocator carves a
+    segment's blocks in order from its only free block; where it did not (another torch), some
+    holes touch, which the analysis then sees as in a plain capture."""
+    held: list[torch.Tensor] = []
+    holes: list[torch.Tensor] = []
+
+    def take(nbytes: int) -> torch.Tensor:
+        return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+    left = 0  # bytes left in the segment being carved
+    for size in sizes:
+        if size + 2 * SPACER > left:
+            while left:  # (its rest filled, in blocks the small pool takes)
+                held.append(take(min(left, SMALL_BLOCK)))
+                left -= min(left, SMALL_BLOCK)
+            held.append(take(SPACER))  # (a new segment: a spacer first)
+            left = SMALL_SEGMENT - SPACER
+        holes.append(take(size))
+        held.append(take(SPACER))
+        left -= size + SPACER
+    while left and holes:
+        held.append(take(min(left, SMALL_BLOCK)))
+        left -= min(left, SMALL_BLOCK)
+    del holes
+    return held
 
 
 def recover() -> None:

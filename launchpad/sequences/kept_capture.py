@@ -11,7 +11,10 @@
 2. Four captures are made of that: a twin, a control and a third, each in a memory pool of its own,
    and last the kept one, into the twin's pool (so that bytes which differ between the twin and the
    kept one vary alone). The kept capture is made last, so that what the function leaves behind (a
-   parameter's ``.grad``) is the kept graph's memory, which replays write.
+   parameter's ``.grad``) is the kept graph's memory, which replays write. The third capture's pool
+   holds a hole of each size the control allocated, between spacers (:func:`_holes`): its blocks
+   then lie apart, where in every plain capture two may touch (a training step's loss and a
+   gradient, in one segment of torch's pool), which tells what a word at such an address means.
 3. The outputs are followed in the kept capture (:func:`launchpad.sequences.outputs.storages`), not
    carried over from another capture by node index. Where an output is found to need a copy, the
    captures are made again with its copy node and the outputs followed again, until nothing changes.
@@ -47,6 +50,9 @@ __all__ = ["Kept", "keep"]
 
 #: How many times the kept capture is made again for outputs that turned out to need a copy.
 ATTEMPTS = 3
+
+#: At most this many bytes of holes in the third capture's pool (see :func:`_holes`).
+HOLE_BYTES = 256 << 20
 
 
 @dataclass
@@ -138,11 +144,14 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
         twin = take(timed=timed)  # (timed as the kept capture is: the clock moves some blocks)
         twin.result = None  # its memory free again for the kept capture, made into the same pool
         control = take()
-        third = take()  # (a pool of its own while the control's is held: the graph's memory moves again)
-        third.result = None
+        # (a pool of its own while the control's is held: the graph's memory moves again, its blocks apart)
+        third: _capture.Capture | None = take(holes=_holes(control))
+        third.result = None  # type: ignore[union-attr]
         # last: what fn left behind (a parameter's .grad) is the kept graph's; timed: which nodes may use each of
         # its allocations (outputs.storages), read in the capture itself
         final = take(pool=twin.graph.pool(), timed=timed)
+        if not _alike(third, control, final):  # (its words say nothing of final's: not compared)
+            third = None
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
         if len(final.nodes) != 2 * before + len(plan.nodes) + len(copied):  # (copies in, back, out)
@@ -150,7 +159,7 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
                               f"launchpad's copies make {2 * before + len(plan.nodes) + len(copied)}")  # fmt: skip
         storages(plan, firsts, final, control, twin, copied, is_pointer, third)
         # (the control and the third capture are kept until the inputs are verified: they tell the host's leftovers)
-        others: tuple[_capture.Capture, ...] = (control, third)
+        others: tuple[_capture.Capture, ...] = (control, third) if third is not None else (control,)
         del twin, control, third
         need = {k for k, s in enumerate(plan.storages) if s.copy} - copied
         if ring is not None and _capacity(plan) > ring.capacity:  # (the updater's arguments hold the ring: again)
@@ -221,6 +230,28 @@ def _check_copies(copies: list, values: dict[str, Any]) -> None:
                     f"sequence input {p.name!r} must be copied into a buffer of the sequence's own ({p.copy}), but it "
                     f"shares memory with input {name!r}: pass tensors that do not overlap"
                 )
+
+
+def _holes(control: _capture.Capture) -> tuple[int, ...]:
+    """The sizes of the control's allocations in torch's small pool (up to 1 MiB, in 2 MiB segments,
+    where blocks touch most), in order, up to :data:`HOLE_BYTES`: the third capture makes a hole of
+    each between spacers before the function runs, and the allocator's best fit puts each of the
+    function's blocks into a hole of its size, a spacer on either side."""
+    sizes: list[int] = []
+    for _, size in control.allocations.blocks if control.allocations is not None else ():
+        if size <= _capture.SMALL_BLOCK and sum(sizes) + size <= HOLE_BYTES:
+            sizes.append(size)
+    return tuple(sizes)
+
+
+def _alike(third: _capture.Capture | None, control: _capture.Capture, final: _capture.Capture) -> bool:
+    """Whether the third capture can be compared with the others: the same nodes as the kept one
+    (kind and function, in order) and the same allocations as the control (sizes, in order), so that
+    its ``k``-th allocation is theirs."""
+    if third is None or third.allocations is None or control.allocations is None:
+        return False
+    sizes = [size for _, size in third.allocations.blocks] == [size for _, size in control.allocations.blocks]
+    return sizes and [(n.kind, n.function) for n in third.nodes] == [(n.kind, n.function) for n in final.nodes]
 
 
 def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any], values: dict[str, Any],

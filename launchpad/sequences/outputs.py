@@ -20,7 +20,10 @@ of these holds; otherwise a copy node at the graph's end copies the output into 
 - every word of every node that points into it points, in the control, into the same allocation
   at the same offset, and into it alone: an address at its end is also the next block's start,
   unless the word's kernel reads or writes at that address (an operand's first byte of torch's
-  elementwise and reduce kernels, :mod:`.torch_operands`: then it means the block holding it);
+  elementwise and reduce kernels, :mod:`.torch_operands`: then it means the block holding it), or
+  the control and the third capture (whose pool holds holes between spacers, so that its blocks lie apart)
+  read it as the same one allocation at the same offset: a reading of it that some capture lacks
+  is not what the word means;
 - no node holds the graph's addresses in a form launchpad cannot read: bytes that differ between
   the capture and the control are either a word of the graph's own memory (an address, or one
   shifted by 4 bits, into an allocation of each capture: not necessarily the same allocation,
@@ -50,7 +53,12 @@ from .capture import Capture, layout_span, tensor_span
 from .regions import region_bytes, region_label, regions
 from .torch_operands import first_byte_words
 
-__all__ = ["Index", "classify", "flatten", "held_bytes", "storages"]
+__all__ = ["SHARED_ADDRESS", "Index", "classify", "flatten", "held_bytes", "storages"]
+
+#: Why an output is copied where a word holds the address at which it ends and another allocation
+#: starts, in every capture compared: its end, or the other's start, which only a capture whose
+#: blocks lie apart can tell (:mod:`launchpad.sequences.kept_capture`'s third capture).
+SHARED_ADDRESS = "holds the address where it ends and another allocation starts, in every capture compared"
 
 
 def flatten(result: Any, path: str = "the result") -> tuple[Any, list[Any]]:
@@ -199,12 +207,17 @@ def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capt
             others = [_readings(c, i, offset, first_byte) for c in (control, third) if c is not None]
             known = [other for other in others if other is not None]
             if len(found) > 1 and len(known) == len(others):  # (an address two allocations share: see above)
-                found = tuple(r for r in found if all(r in other for other in known))
-                if not any(k == a for k, _ in found):
-                    if any(k == a for other in known for k, _ in other):  # (into it elsewhere: does not follow)
-                        return f"{node.describe(i)}, {label} points into it but does not follow it"
-                    continue  # (the other allocation, in every capture)
-            if len(found) > 1 or not same_word(final, control, i, offset, size, is_device_pointer, first_byte):
+                common = tuple(r for r in found if all(r in other for other in known))
+                if not any(k == a for k, _ in common):  # (no use of it: one would read the same in every capture)
+                    if common or not any(k == a for other in known for k, _ in other):
+                        continue  # (another allocation in every capture, or into it nowhere else)
+                    return f"{node.describe(i)}, {label} points into it but does not follow it"  # (moves within it)
+                found = common
+            if len(found) > 1 and any(at == final.allocations.blocks[k][1] for k, at in found):  # (one's end)
+                return f"{node.describe(i)}, {label} {SHARED_ADDRESS}"
+            if len(found) > 1:  # (the same bytes, held by two allocations alive together as far as is known)
+                return f"{node.describe(i)}, {label} points into it but does not follow it"
+            if not same_word(final, control, i, offset, size, is_device_pointer, first_byte):
                 return f"{node.describe(i)}, {label} points into it but does not follow it"
             if node.kind == "kernel" and "nccl" in node.name.lower():
                 return f"NCCL's kernel {node.name!r} (node {i}) writes it"
