@@ -315,4 +315,7 @@ def test_a_third_capture_is_compared_only_where_its_allocations_and_nodes_are_th
     assert not _alike(capture([(0x9000, 512)], 0x9000), control, control)  # one allocation fewer
     other_kernel = capture([(0x9000, 512), (0xA000, MB)], 0x9000)
     other_kernel.nodes[0].function = 8
-    assert not _alike(other_kernel, control, control) and not _alike(None, control, control)
+    assert not _alike(other_kernel, control, control)
+    other_grid = capture([(0x9000, 512), (0xA000, MB)], 0x9000)
+    other_grid.nodes[0].grid = (2, 1, 1)
+    assert not _alike(other_grid, control, control)

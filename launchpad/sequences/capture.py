@@ -169,24 +169,25 @@ def _holes_between_spacers(sizes: tuple[int, ...], device: int) -> list[torch.Te
     holes touch, which the analysis then sees as in a plain capture."""
     held: list[torch.Tensor] = []
     holes: list[torch.Tensor] = []
-
-    def take(nbytes: int) -> torch.Tensor:
-        return torch.empty(nbytes, dtype=torch.uint8, device=device)
-
     left = 0  # bytes left in the segment being carved
+
+    def take(nbytes: int, into: list[torch.Tensor]) -> None:
+        nonlocal left
+        into.append(torch.empty(nbytes, dtype=torch.uint8, device=device))
+        left -= nbytes
+
+    def fill() -> None:  # (the segment's rest, in blocks the small pool takes)
+        while left:
+            take(min(left, SMALL_BLOCK), held)
+
     for size in sizes:
         if size + 2 * SPACER > left:
-            while left:  # (its rest filled, in blocks the small pool takes)
-                held.append(take(min(left, SMALL_BLOCK)))
-                left -= min(left, SMALL_BLOCK)
-            held.append(take(SPACER))  # (a new segment: a spacer first)
-            left = SMALL_SEGMENT - SPACER
-        holes.append(take(size))
-        held.append(take(SPACER))
-        left -= size + SPACER
-    while left and holes:
-        held.append(take(min(left, SMALL_BLOCK)))
-        left -= min(left, SMALL_BLOCK)
+            fill()
+            left = SMALL_SEGMENT
+            take(SPACER, held)  # (a new segment: a spacer first)
+        take(size, holes)
+        take(SPACER, held)
+    fill()
     del holes
     return held
 

@@ -145,22 +145,21 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
         twin.result = None  # its memory free again for the kept capture, made into the same pool
         control = take()
         # (a pool of its own while the control's is held: the graph's memory moves again, its blocks apart)
-        third: _capture.Capture | None = take(holes=_holes(control))
-        third.result = None  # type: ignore[union-attr]
+        third = take(holes=_holes(control))
+        third.result = None
         # last: what fn left behind (a parameter's .grad) is the kept graph's; timed: which nodes may use each of
         # its allocations (outputs.storages), read in the capture itself
         final = take(pool=twin.graph.pool(), timed=timed)
-        if not _alike(third, control, final):  # (its words say nothing of final's: not compared)
-            third = None
+        compared = third if _alike(third, control, final) else None  # (else its words say nothing of final's)
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
         if len(final.nodes) != 2 * before + len(plan.nodes) + len(copied):  # (copies in, back, out)
             raise RecordError(f"the recorded function launched {len(final.nodes)} nodes where its captures and "
                               f"launchpad's copies make {2 * before + len(plan.nodes) + len(copied)}")  # fmt: skip
-        storages(plan, firsts, final, control, twin, copied, is_pointer, third)
+        storages(plan, firsts, final, control, twin, copied, is_pointer, compared)
         # (the control and the third capture are kept until the inputs are verified: they tell the host's leftovers)
-        others: tuple[_capture.Capture, ...] = (control, third) if third is not None else (control,)
-        del twin, control, third
+        others: tuple[_capture.Capture, ...] = (control, compared) if compared is not None else (control,)
+        del twin, control, third, compared
         need = {k for k, s in enumerate(plan.storages) if s.copy} - copied
         if ring is not None and _capacity(plan) > ring.capacity:  # (the updater's arguments hold the ring: again)
             ring = _updates.Ring(device, _capacity(plan))
@@ -237,21 +236,27 @@ def _holes(control: _capture.Capture) -> tuple[int, ...]:
     where blocks touch most), in order, up to :data:`HOLE_BYTES`: the third capture makes a hole of
     each between spacers before the function runs, and the allocator's best fit puts each of the
     function's blocks into a hole of its size, a spacer on either side."""
-    sizes: list[int] = []
+    sizes, total = [], 0
     for _, size in control.allocations.blocks if control.allocations is not None else ():
-        if size <= _capture.SMALL_BLOCK and sum(sizes) + size <= HOLE_BYTES:
+        if size <= _capture.SMALL_BLOCK and total + size <= HOLE_BYTES:
             sizes.append(size)
+            total += size
     return tuple(sizes)
 
 
-def _alike(third: _capture.Capture | None, control: _capture.Capture, final: _capture.Capture) -> bool:
-    """Whether the third capture can be compared with the others: the same nodes as the kept one
-    (kind and function, in order) and the same allocations as the control (sizes, in order), so that
-    its ``k``-th allocation is theirs."""
-    if third is None or third.allocations is None or control.allocations is None:
+def _alike(third: _capture.Capture, control: _capture.Capture, final: _capture.Capture) -> bool:
+    """Whether the third capture can be compared with the others: the same work as the kept one
+    (:func:`same_structure`) and the same allocations as the control (sizes, in order), so that its
+    ``k``-th allocation is theirs."""
+    if third.allocations is None or control.allocations is None:
         return False
-    sizes = [size for _, size in third.allocations.blocks] == [size for _, size in control.allocations.blocks]
-    return sizes and [(n.kind, n.function) for n in third.nodes] == [(n.kind, n.function) for n in final.nodes]
+    if [size for _, size in third.allocations.blocks] != [size for _, size in control.allocations.blocks]:
+        return False
+    try:
+        same_structure("", final.nodes, third.nodes)
+    except RecordError:
+        return False
+    return True
 
 
 def _verify_inputs(plan: Plan, final: _capture.Capture, run: dict[str, Any], values: dict[str, Any],

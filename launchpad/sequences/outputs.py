@@ -213,10 +213,10 @@ def _follow(storage: Storage, a: int, nodes: list, final: Capture, control: Capt
                         continue  # (another allocation in every capture, or into it nowhere else)
                     return f"{node.describe(i)}, {label} points into it but does not follow it"  # (moves within it)
                 found = common
-            if len(found) > 1 and any(at == final.allocations.blocks[k][1] for k, at in found):  # (one's end)
-                return f"{node.describe(i)}, {label} {SHARED_ADDRESS}"
-            if len(found) > 1:  # (the same bytes, held by two allocations alive together as far as is known)
-                return f"{node.describe(i)}, {label} points into it but does not follow it"
+            if len(found) > 1:  # one's end and the next one's start, or the same bytes held by two alive together
+                at_end = any(at == final.allocations.blocks[k][1] for k, at in found)
+                why = SHARED_ADDRESS if at_end else "points into it but does not follow it"
+                return f"{node.describe(i)}, {label} {why}"
             if not same_word(final, control, i, offset, size, is_device_pointer, first_byte):
                 return f"{node.describe(i)}, {label} points into it but does not follow it"
             if node.kind == "kernel" and "nccl" in node.name.lower():
