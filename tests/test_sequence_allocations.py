@@ -11,6 +11,7 @@ import struct
 import sys
 import threading
 
+import pytest
 import torch
 
 from launchpad.sequences.allocations import Blocks, lifetimes
@@ -319,3 +320,50 @@ def test_a_third_capture_is_compared_only_where_its_allocations_and_nodes_are_th
     other_grid = capture([(0x9000, 512), (0xA000, MB)], 0x9000)
     other_grid.nodes[0].grid = (2, 1, 1)
     assert not _alike(other_grid, control, control)
+
+
+def test_the_third_capture_holes_fit_a_quarter_of_the_free_memory_and_running_out_leaves_it_out(monkeypatch):
+    """The third capture's holes: the control's small-pool sizes in order, up to a quarter of the
+    device's free memory (they take up to twice their bytes), never a block above 1 MiB. Where it
+    runs out of memory all the same, it is left out (None: the plain captures decide) and the
+    recording goes on; any other failure is the recording's."""
+    from launchpad.errors import RecordError
+    from launchpad.sequences import kept_capture
+
+    control = capture([(0x1000, 512), (0x2000, MB), (0x200000, 4 * MB), (0x3000, MB), (0x4000, 512)], 0x1000)
+    assert kept_capture._holes(control) == (512, MB, MB, 512)
+    assert kept_capture._holes(control, MB + 512) == (512, MB)  # (in order, a size that no longer fits left out)
+    assert kept_capture._holes(control, 1024) == (512, 512)
+
+    asked: list[tuple[int, ...]] = []
+
+    def take(**kw):
+        asked.append(kw["holes"])
+        return capture([], 0)
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (4 * MB + 2048, 80 << 30))
+    third = kept_capture._third(take, control, 0)
+    assert asked == [(512, MB)] and third is not None and third.result is None
+    assert kept_capture._third(take, control, -1) is not None and asked[-1] == (512, MB, MB, 512)  # (fake GPU)
+
+    def out_of_memory(**kw):
+        try:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 MiB")
+        except torch.cuda.OutOfMemoryError as exc:
+            raise RecordError("the function could not be captured: OutOfMemoryError") from exc
+
+    assert kept_capture._third(out_of_memory, control, -1) is None
+
+    def raw_out_of_memory(**kw):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    assert kept_capture._third(raw_out_of_memory, control, -1) is None
+
+    def other_failure(**kw):
+        try:
+            raise ValueError("the function raised")
+        except ValueError as exc:
+            raise RecordError("the function could not be captured: ValueError: the function raised") from exc
+
+    with pytest.raises(RecordError, match="ValueError: the function raised"):
+        kept_capture._third(other_failure, control, -1)

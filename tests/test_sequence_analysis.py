@@ -220,25 +220,32 @@ def test_a_small_output_takes_a_slot_of_a_batch_per_replay(module, graphs, monke
 
 
 @pytest.mark.parametrize("guard", ["below view tracking", "detach"])
-def test_a_batch_cuts_its_slots_as_tensors_of_their_own(monkeypatch, guard):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.complex128])
+@pytest.mark.parametrize("inference", [False, True])
+def test_a_batch_cuts_its_slots_as_tensors_of_their_own(monkeypatch, guard, dtype, inference):
     """A batch's slots, cut below torch's view tracking (or detached one by one where torch has no
-    such guard): each of the output's layout, ``pitch`` bytes apart in one allocation, no autograd
-    view of it, and written without touching another slot."""
+    such guard): each of the output's layout, ``pitch`` bytes apart in one allocation of ``count``
+    pitches, no autograd view of it, never an inference tensor (a refill in inference mode leaves
+    it), and written without touching another slot."""
     from launchpad.sequences import output_memory
 
     if guard == "detach":
         monkeypatch.setattr(output_memory, "_BELOW_VIEW_TRACKING", None)
-    batch = output_memory.Batch((2, 3), (1, 2), torch.float32, -1, nbytes=600)
+    batch = output_memory.Batch((2, 3), (1, 2), dtype, -1, nbytes=600)
     assert (batch.pitch, batch.count) == (1024, 64)
-    slots = batch.refill()
+    with torch.inference_mode(inference):
+        slots = batch.refill()
+        assert torch.is_inference_mode_enabled() == inference
     assert len(slots) == 64 and len({t.untyped_storage().data_ptr() for t in slots}) == 1
-    assert [t.storage_offset() for t in slots] == [k * 256 for k in range(64)]
+    assert slots[0].untyped_storage().nbytes() == 64 * 1024
+    assert [t.storage_offset() for t in slots] == [k * 1024 // dtype.itemsize for k in range(64)]
+    assert all(t.dtype == dtype and not t.is_inference() for t in slots)
     assert all(t.shape == (2, 3) and t.stride() == (1, 2) and t._base is None and not t.requires_grad for t in slots)
-    values = torch.randn(64, 2, 3)
+    values = torch.randn(64, 2, 3).to(dtype)
     for t, v in zip(slots, values):
         t.copy_(v)
     assert all(torch.equal(t, v) for t, v in zip(slots, values))  # (no slot overlaps another)
-    assert slots[5].mul_(torch.full((2, 3), 2.0, requires_grad=True)).grad_fn is not None
+    assert slots[5].mul_(torch.full((2, 3), 2.0, dtype=dtype, requires_grad=True)).grad_fn is not None
 
 
 def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_stream(monkeypatch):
@@ -741,7 +748,7 @@ def test_a_step_whose_launches_the_clock_changes_is_kept_without_it(module, grap
     assert graphs.reads(seq, 0)[:8] == struct.pack("<Q", got.data_ptr())  # the output re-pointed
 
 
-@pytest.mark.parametrize("apart", [True, False])
+@pytest.mark.parametrize("apart", [True, False, "out of memory"])
 def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_where_holes_part_them(module, graphs,
                                                                                                   apart):  # fmt: skip
     """A training step's loss and a gradient the step leaves behind: the loss's block ends where the
@@ -749,8 +756,9 @@ def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_whe
     gradient's writer holds that address. The third capture's pool holds a hole of each size the
     control allocated, between spacers, so that its blocks lie apart (``apart``); there the writer's
     word reads the gradient alone. So the word means the gradient: it stays, while the loss is
-    re-pointed at new memory each replay. Where they touch there too, the loss is copied, for that
-    word (before: copied in every case)."""
+    re-pointed at new memory each replay. Where they touch there too, or where the third capture
+    runs out of memory (it is left out), the loss is copied, for that word (before: copied in every
+    case), each replay's input read by both writers and the loss copied out from where its writer wrote."""
     from launchpad.sequences.outputs import SHARED_ADDRESS
 
     scale = graphs.fake.install(module["scale"])
@@ -759,7 +767,9 @@ def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_whe
 
     def step(x):
         holes.append(graphs.holes)
-        if apart and graphs.holes:  # the blocks lie apart
+        if apart == "out of memory" and graphs.holes:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 MiB")
+        if apart is True and graphs.holes:  # the blocks lie apart
             loss, grad = graphs.pool(torch.empty(N)), graphs.pool(torch.empty(N))
         else:  # one segment, split: the gradient's block starts where the loss's ends
             segment = bytearray(8 * N)
@@ -774,10 +784,14 @@ def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_whe
     seq = graphs.record(step, f32())
     assert (4 * N, 4 * N) in holes  # (the third capture's: the control's two blocks)
     st = seq._state
-    if not apart:
+    if apart is not True:
         assert SHARED_ADDRESS in st.plan.storages[0].copy and "node 0" in st.plan.storages[0].copy
-        got = seq(f32(value=3.0))
-        assert graphs.copied_to(seq, seq.nodes - 1) == got.data_ptr()  # copied out
+        for value in (3.0, -1.5):
+            x = f32(value=value)
+            got = seq(x)
+            assert graphs.copied_to(seq, seq.nodes - 1) == got.data_ptr()  # copied out
+            assert graphs.copied_from(seq, seq.nodes - 1) == graphs.words(seq, 1)[0]  # from the loss's writer's
+            assert graphs.words(seq, 0)[1] == graphs.words(seq, 1)[1] == x.data_ptr()  # both read the new input
         return
     assert not st.plan.storages[0].copy, st.plan.storages[0].copy
     assert [(u.node, u.offset) for u in st.plan.storages[0].uses] == [(1, 0)]

@@ -226,20 +226,37 @@ def test_a_step_that_waits_for_the_host_is_refused_and_the_process_stays_usable(
     assert "replay True" in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("name", ["mlp", "transformer"])
-def test_the_bench_training_steps_return_their_loss_re_pointed_and_replay_exactly(name):
+@pytest.mark.parametrize("name, holes_fail", [("mlp", False), ("transformer", False), ("transformer", True)])
+def test_the_bench_training_steps_return_their_loss_re_pointed_and_replay_exactly(monkeypatch, name, holes_fail):
     """Issue 35, point 3: the bench's training steps (AdamW foreach, capturable) return their loss
     in new memory each replay, written there by the re-pointed kernels, not copied. The transformer
     block's loss ends where a gradient's block starts in every plain capture, and cuBLAS's GEMM holds
     that address: the third capture's holes between spacers put the two apart, which says the GEMM's
-    word means the gradient. 20 replays equal an eager twin bit for bit, the loss and every parameter."""
+    word means the gradient. 20 replays equal an eager twin bit for bit, the loss and every parameter.
+    ``holes_fail``: the third capture runs out of memory while it lays out its holes (inside torch's
+    capture); it is left out, the recording goes on and copies the loss, and the replays are exact."""
     from launchpad.bench.sequence_training import Trainer, Workload
+    from launchpad.sequences import capture as _capture
+    from launchpad.sequences import kept_capture
 
+    thirds: list = []
+    if holes_fail:
+        layout, third = _capture._holes_between_spacers, kept_capture._third
+
+        def out_of_memory(sizes, device):
+            layout(sizes[: len(sizes) // 2], device)  # (some holes and spacers made, then the failure)
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory (the test's)")
+
+        monkeypatch.setattr(_capture, "_holes_between_spacers", out_of_memory)
+        monkeypatch.setattr(kept_capture, "_third", lambda *a: thirds.append(third(*a)) or thirds[-1])
     work = Workload(name)
     mine, twin = Trainer(work), Trainer(work)
     seq = lp.record(mine.step, *work.batches[0])
     (output,) = [line for line in seq.explain().splitlines() if line.lstrip().startswith("output 0")]
-    assert "re-pointed" in output and "copied" not in output, seq.explain()
+    if holes_fail:
+        assert thirds and all(t is None for t in thirds)  # (left out: the plain captures decide, copy or not)
+    else:
+        assert "re-pointed" in output and "copied" not in output, seq.explain()
     mine.reset()
     twin.reset()
     for r in range(20):

@@ -145,12 +145,12 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
         twin.result = None  # its memory free again for the kept capture, made into the same pool
         control = take()
         # (a pool of its own while the control's is held: the graph's memory moves again, its blocks apart)
-        third = take(holes=_holes(control))
-        third.result = None
+        third = _third(take, control, device)
         # last: what fn left behind (a parameter's .grad) is the kept graph's; timed: which nodes may use each of
         # its allocations (outputs.storages), read in the capture itself
         final = take(pool=twin.graph.pool(), timed=timed)
-        compared = third if _alike(third, control, final) else None  # (else its words say nothing of final's)
+        # (a third capture left out, or unlike the others, says nothing of final's words)
+        compared = third if third is not None and _alike(third, control, final) else None
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
         if len(final.nodes) != 2 * before + len(plan.nodes) + len(copied):  # (copies in, back, out)
@@ -231,14 +231,39 @@ def _check_copies(copies: list, values: dict[str, Any]) -> None:
                 )
 
 
-def _holes(control: _capture.Capture) -> tuple[int, ...]:
+def _third(take: Callable[..., _capture.Capture], control: _capture.Capture, device: int) -> _capture.Capture | None:
+    """The third capture, its pool's holes within a quarter of the device's free memory (they take up
+    to twice their bytes: a 1 MiB hole and its spacers fill a 2 MiB segment); None where it ran out of
+    memory all the same, so that the plain captures' rule decides (what they cannot tell apart is
+    copied) and the recording goes on, as it would have without the holes."""
+    budget = HOLE_BYTES if device < 0 else min(HOLE_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
+    try:
+        third = take(holes=_holes(control, budget))
+    except (RecordError, torch.cuda.OutOfMemoryError) as exc:
+        if not _out_of_memory(exc):
+            raise
+        return None
+    third.result = None
+    return third
+
+
+def _out_of_memory(exc: BaseException | None) -> bool:
+    """Whether ``exc`` or an error in its chain is torch's out-of-memory error."""
+    while exc is not None:
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _holes(control: _capture.Capture, budget: int = HOLE_BYTES) -> tuple[int, ...]:
     """The sizes of the control's allocations in torch's small pool (up to 1 MiB, in 2 MiB segments,
-    where blocks touch most), in order, up to :data:`HOLE_BYTES`: the third capture makes a hole of
+    where blocks touch most), in order, up to ``budget`` bytes: the third capture makes a hole of
     each between spacers before the function runs, and the allocator's best fit puts each of the
     function's blocks into a hole of its size, a spacer on either side."""
     sizes, total = [], 0
     for _, size in control.allocations.blocks if control.allocations is not None else ():
-        if size <= _capture.SMALL_BLOCK and total + size <= HOLE_BYTES:
+        if size <= _capture.SMALL_BLOCK and total + size <= budget:
             sizes.append(size)
             total += size
     return tuple(sizes)
