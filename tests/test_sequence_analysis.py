@@ -801,3 +801,26 @@ def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_whe
         assert graphs.reads(seq, 1)[:8] == struct.pack("<Q", got.data_ptr())  # the loss: re-pointed
         assert graphs.reads(seq, 0)[:8] == struct.pack("<Q", grad)  # the gradient's writer: kept
     assert "written there by 1 re-pointed place(s)" in seq.explain(), seq.explain()
+
+
+def test_host_updates_asked_for_change_the_nodes_from_the_host(module, graphs):
+    """``record(..., host_updates=True)``: no updater node and no ring, where the driver would allow
+    them; each replay's new input and new output reach the node through the host's driver calls,
+    and ``explain()`` and ``update_note`` say why."""
+    scale = graphs.fake.install(module["scale"])
+
+    def step(x):
+        out = graphs.pool(torch.empty(N))
+        scale[1, N](out, x, 2.0, N)
+        return out
+
+    from launchpad.sequences.updates import DEVICE
+
+    seq = graphs.record(step, f32(), host_updates=True)
+    assert seq._state.ring is None and seq._state.targets and all(t.kind != DEVICE for t in seq._state.targets.values())
+    assert seq.update_note == "record(..., host_updates=True)"
+    assert "updated from the host" in seq.explain() and "host_updates=True" in seq.explain(), seq.explain()
+    for value in (3.0, -1.5, 0.25):
+        x = f32(value=value)
+        got = seq(x)
+        assert graphs.words(seq, 0)[:2] == [got.data_ptr(), x.data_ptr()]

@@ -226,21 +226,23 @@ def test_a_step_that_waits_for_the_host_is_refused_and_the_process_stays_usable(
     assert "replay True" in done.stdout, done.stdout
 
 
-@pytest.mark.parametrize("name, holes_fail", [("mlp", False), ("transformer", False), ("transformer", True)])
-def test_the_bench_training_steps_return_their_loss_re_pointed_and_replay_exactly(monkeypatch, name, holes_fail):
+@pytest.mark.parametrize("name, how", [("mlp", ""), ("transformer", ""), ("transformer", "holes fail"),
+                                       ("mlp", "host updates"), ("transformer", "host updates")])  # fmt: skip
+def test_the_bench_training_steps_return_their_loss_re_pointed_and_replay_exactly(monkeypatch, name, how):
     """Issue 35, point 3: the bench's training steps (AdamW foreach, capturable) return their loss
     in new memory each replay, written there by the re-pointed kernels, not copied. The transformer
     block's loss ends where a gradient's block starts in every plain capture, and cuBLAS's GEMM holds
     that address: the third capture's holes between spacers put the two apart, which says the GEMM's
     word means the gradient. 20 replays equal an eager twin bit for bit, the loss and every parameter.
-    ``holes_fail``: the third capture runs out of memory while it lays out its holes (inside torch's
-    capture); it is left out, the recording goes on and copies the loss, and the replays are exact."""
+    ``how``: "holes fail": the third capture runs out of memory while it lays out its holes (inside
+    torch's capture); it is left out, the recording goes on, and the replays are exact. "host
+    updates": ``record(..., host_updates=True)``, the nodes changed from the host, not the device."""
     from launchpad.bench.sequence_training import Trainer, Workload
     from launchpad.sequences import capture as _capture
     from launchpad.sequences import kept_capture
 
     thirds: list = []
-    if holes_fail:
+    if how == "holes fail":
         layout, third = _capture._holes_between_spacers, kept_capture._third
 
         def out_of_memory(sizes, device):
@@ -251,9 +253,10 @@ def test_the_bench_training_steps_return_their_loss_re_pointed_and_replay_exactl
         monkeypatch.setattr(kept_capture, "_third", lambda *a: thirds.append(third(*a)) or thirds[-1])
     work = Workload(name)
     mine, twin = Trainer(work), Trainer(work)
-    seq = lp.record(mine.step, *work.batches[0])
+    seq = lp.record(mine.step, *work.batches[0], host_updates=how == "host updates")
     (output,) = [line for line in seq.explain().splitlines() if line.lstrip().startswith("output 0")]
-    if holes_fail:
+    assert ("updated from the host" in seq.explain()) == (how == "host updates"), seq.explain()
+    if how == "holes fail":
         assert thirds and all(t is None for t in thirds)  # (left out: the plain captures decide, copy or not)
     else:
         assert "re-pointed" in output and "copied" not in output, seq.explain()

@@ -4,7 +4,9 @@ Two models (:data:`MODELS`), each trained by ``AdamW(capturable=True, foreach=Tr
 to random targets; the step: ``zero_grad(set_to_none=True)``, forward, loss, ``backward()``,
 ``optimizer.step()``, return the loss. Variants: eager; torch's ``CUDAGraph`` of the step (warmed
 up on a side stream, as torch's documentation does it), replayed after ``copy_`` of each batch
-into its static input and target; ``launchpad.record(step, x, y)`` replayed as ``seq(x, y)``;
+into its static input and target; ``launchpad.record(step, x, y)`` replayed as ``seq(x, y)``, its
+nodes changed from the device (launchpad's updater node) and, with ``host_updates=True``, from the
+host;
 ``torch.compile(mode="reduce-overhead")`` of the forward and loss (``backward()`` and the step
 called eagerly), and of the whole step (the note counts Dynamo's graph breaks). Each variant
 trains its own copy of the same weights and is checked before it is timed: weights and optimizer
@@ -46,7 +48,7 @@ CHECK_STEPS = 5
 RTOL = 1e-4  # eager, torch's graph, launchpad.record: the same kernels
 COMPILE_RTOL = 1e-3  # torch.compile: inductor's fused kernels round differently
 GRAPH = "torch_graph"  # the variant the ratios are to
-FIRST_PHASE = (GRAPH, "record", "graph_alone")  # timed together, interleaved
+FIRST_PHASE = (GRAPH, "record", "record_host", "graph_alone")  # timed together, interleaved
 
 
 def first_line(exc: BaseException, limit: int = 300) -> str:
@@ -221,12 +223,12 @@ def torch_graph(work: Workload, copies: bool = True) -> Timed:
     return work.timed(replay, "x_s.copy_(x); y_s.copy_(y); graph.replay(); the loss is the static tensor")
 
 
-def recorded(work: Workload) -> Timed:
+def recorded(work: Workload, host_updates: bool = False) -> Timed:
     import launchpad
 
     t = Trainer(work)
-    seq = launchpad.record(t.step, *work.batches[0])
-    work.check("record", t, seq, RTOL)
+    seq = launchpad.record(t.step, *work.batches[0], host_updates=host_updates)
+    work.check("record_host" if host_updates else "record", t, seq, RTOL)
     updates = seq.update_note or "nodes updated from the device"
     copies = "".join(f"; {line}" for line in seq.explain().splitlines() if "copied" in line)  # what each copy is for
     return work.timed(seq, f"seq(x, y): {seq!r}, {seq.replay_path} replay, {updates}{copies}")
@@ -264,6 +266,8 @@ VARIANTS: tuple[tuple[str, str, str, Callable[[Workload], Timed]], ...] = (
     ("eager", "eager", "peer", eager),
     (GRAPH, "torch CUDAGraph of the step after copy_ of x, y", "peer", torch_graph),
     ("record", "launchpad.record(step, x, y): seq(x, y)", "launchpad", recorded),
+    ("record_host", "launchpad.record(step, x, y, host_updates=True): seq(x, y)", "launchpad",
+     functools.partial(recorded, host_updates=True)),
     ("graph_alone", "torch CUDAGraph replayed alone (no copies; not a training step)", "peer",
      functools.partial(torch_graph, copies=False)),
     ("compile_forward", "torch.compile(forward + loss, reduce-overhead); backward(), AdamW step() called eagerly", "peer",
@@ -304,7 +308,8 @@ def measure_training(rounds: int, batch: int, log: Callable[[str], None] = print
     ----------
     rounds, batch : int
         Host cost: ``rounds`` batches of ``batch`` steps per variant, round-robin. Wall time:
-        ``max(5, rounds // 4)`` loops of ``max(20, batch)`` steps.
+        ``max(15, rounds)`` loops of ``max(20, batch)`` steps, round-robin (the wall ratios of these
+        GPU-bound loops are a few percent apart: six loops left their medians 1-2% apart run to run).
     log : callable
         Progress lines.
     models : sequence of str
@@ -358,7 +363,7 @@ def _one_model(name: str, make: Callable[[str], Any], listed: Callable[[Any], li
         for lc in launchers:
             harness.record_samples(results[lc.key], samples[lc.key], errors.get(lc.key))
         ready = [lc for lc in launchers if lc.key not in errors]
-        walls, errors = harness.measure_e2e(ready, launches=steps, repeats=max(5, rounds // 4), sync=sync)
+        walls, errors = harness.measure_e2e(ready, launches=steps, repeats=max(15, rounds), sync=sync)
         for lc in ready:
             harness.record_e2e(results[lc.key], walls[lc.key], errors.get(lc.key))
         del launchers, ready  # the phase's graphs and compiled code go before the next is set up

@@ -71,7 +71,7 @@ __all__ = ["RecordError", "Sequence", "record"]
 
 
 def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, compiled: bool | None = None,
-           generators: Iterable[torch.Generator] = (), **kwargs: Any) -> Sequence:  # fmt: skip
+           generators: Iterable[torch.Generator] = (), host_updates: bool = False, **kwargs: Any) -> Sequence:  # fmt: skip
     """Record the launches of ``fn(*args, **kwargs)`` once; return a :class:`Sequence` that
     replays them with new arguments and returns what ``fn`` returns.
 
@@ -96,6 +96,12 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, com
     generators : iterable of torch.Generator
         CUDA generators ``fn`` draws from besides torch's default one: registered with the graph,
         so that each replay advances them as torch's own graphs do.
+    host_updates : bool
+        Change the graph's nodes from the host each replay (a driver call per node changed), not
+        through launchpad's updater node on the device (default where the driver and GPU allow it).
+        The updater costs the host less and the GPU more: on an H200, a small training step's
+        GPU-bound loop ran 1-5% longer with it (docs/sequences.md). For steps whose loop waits on
+        the GPU, not on the host.
 
     Raises
     ------
@@ -112,13 +118,15 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, com
     for name, value in values.items():
         values[name] = _input_value(name, value, device)
     with _distributed.prepared(fn, values, device, warmup) as steps:  # (what DDP needs: see distributed.py)
-        made = _record(fn, values, device, steps, compiled, tuple(generators), (positional, parameters))
+        made = _record(fn, values, device, steps, compiled, tuple(generators), (positional, parameters),
+                       host_updates)  # fmt: skip
     # (closed before a process group is destroyed, if it holds NCCL work)
     return _distributed.track(made, made._state.plan.nodes)
 
 
 def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: _distributed.Steps,
-            compiled: bool | None, generators: tuple, signature: tuple[int, tuple[str, ...]]) -> Sequence:  # fmt: skip
+            compiled: bool | None, generators: tuple, signature: tuple[int, tuple[str, ...]],
+            host_updates: bool = False) -> Sequence:  # fmt: skip
     """:func:`record` once its inputs are checked: the warm-up, the captures and the analysis."""
     rng = (
         steps.warm_up(functools.partial(fn, **values), functools.partial(_warm_up, fn, values, device))
@@ -184,7 +192,7 @@ def _record(fn: Callable[..., Any], values: dict[str, Any], device: int, steps: 
     del base, control, probes, fars, lates
     seconds.clear()
     return Sequence(fn, plan, values, device, compiled, firsts=firsts, rng=rng, generators=generators,
-                    signature=signature)  # fmt: skip
+                    signature=signature, host_updates=host_updates)  # fmt: skip
 
 
 def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, Any], int, tuple[str, ...]]:
@@ -306,14 +314,15 @@ class Sequence:
 
     def __init__(self, fn: Callable[..., Any], plan: Plan, values: dict[str, Any], device: int,
                  compiled: bool | None = None, *, firsts: list[int] | None = None, rng: bool = False,
-                 generators: tuple = (), signature: tuple[int, tuple[str, ...]] | None = None):  # fmt: skip
+                 generators: tuple = (), signature: tuple[int, tuple[str, ...]] | None = None,
+                 host_updates: bool = False):  # fmt: skip
         self.inputs = tuple(values)
         self.device = device
         self._fn = fn  # what the graph's bound tensors belong to: kept as long as the graph
         #: How many of fn's leading parameters are inputs (positional argument i is input i below it),
         #: and fn's parameter names: a positional argument that lands on another parameter is refused.
         positional, parameters = signature or (len(self.inputs), self.inputs)
-        function, note = _updates.updater(device)
+        function, note = (0, "record(..., host_updates=True)") if host_updates else _updates.updater(device)
         kept = keep(fn, plan, values, firsts or [], device, function, generators)
         changed = sorted({u.node for u in _all_uses(plan)})
         targets = {index: _target(plan, index, kept.ring, device) for index in changed}
