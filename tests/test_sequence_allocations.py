@@ -322,12 +322,13 @@ def test_a_third_capture_is_compared_only_where_its_allocations_and_nodes_are_th
     assert not _alike(other_grid, control, control)
 
 
-def test_the_third_capture_holes_fit_a_quarter_of_the_free_memory_and_running_out_leaves_it_out(monkeypatch):
+def test_the_third_capture_holes_fit_a_quarter_of_the_free_memory_and_running_out_makes_it_without(monkeypatch):
     """The third capture's holes: the control's small-pool sizes in order, up to a quarter of the
     device's free memory (they take up to twice their bytes), never a block above 1 MiB. Where it
-    runs out of memory all the same, it is left out (None: the plain captures decide) and the
-    recording goes on; any other failure is the recording's."""
-    from launchpad.errors import RecordError
+    runs out of memory all the same (torch's error, raw or inside a RecordError, or the driver's
+    CUDA_ERROR_OUT_OF_MEMORY), it is made again without holes: it still tells the host's leftovers
+    apart. Any other failure is the recording's."""
+    from launchpad.errors import CudaError, RecordError
     from launchpad.sequences import kept_capture
 
     control = capture([(0x1000, 512), (0x2000, MB), (0x200000, 4 * MB), (0x3000, MB), (0x4000, 512)], 0x1000)
@@ -337,33 +338,53 @@ def test_the_third_capture_holes_fit_a_quarter_of_the_free_memory_and_running_ou
 
     asked: list[tuple[int, ...]] = []
 
-    def take(**kw):
-        asked.append(kw["holes"])
-        return capture([], 0)
+    def taker(failure=None):
+        def take(**kw):
+            asked.append(kw.get("holes", ()))
+            if failure is not None and kw.get("holes"):
+                raise failure
+            return capture([], 0)
 
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (4 * MB + 2048, 80 << 30))
-    third = kept_capture._third(take, control, 0)
-    assert asked == [(512, MB)] and third is not None and third.result is None
-    assert kept_capture._third(take, control, -1) is not None and asked[-1] == (512, MB, MB, 512)  # (fake GPU)
+        return take
 
-    def out_of_memory(**kw):
+    def free_on(device):
+        assert device == 1  # (the recording's device, not the current one)
+        return 4 * MB + 2048, 80 << 30
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", free_on)
+    third = kept_capture._third(taker(), control, 1)
+    assert asked == [(512, MB)] and third.result is None
+    kept_capture._third(taker(), control, -1)  # (the fake GPU: the cap alone)
+    assert asked[-1] == (512, MB, MB, 512)
+
+    def broken(device):
+        raise RuntimeError("no figure")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", broken)
+    kept_capture._third(taker(), control, 0)
+    assert asked[-1] == (512, MB, MB, 512)
+
+    def chained(error: BaseException, outer: type[BaseException] = RecordError) -> BaseException:
         try:
-            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.00 MiB")
-        except torch.cuda.OutOfMemoryError as exc:
-            raise RecordError("the function could not be captured: OutOfMemoryError") from exc
+            raise error
+        except BaseException as exc:
+            try:
+                raise outer("the function could not be captured") from exc
+            except BaseException as wrapped:
+                return wrapped
 
-    assert kept_capture._third(out_of_memory, control, -1) is None
-
-    def raw_out_of_memory(**kw):
-        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
-
-    assert kept_capture._third(raw_out_of_memory, control, -1) is None
-
-    def other_failure(**kw):
-        try:
-            raise ValueError("the function raised")
-        except ValueError as exc:
-            raise RecordError("the function could not be captured: ValueError: the function raised") from exc
-
-    with pytest.raises(RecordError, match="ValueError: the function raised"):
-        kept_capture._third(other_failure, control, -1)
+    driver_oom = CudaError(2, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory", "cuMemAlloc")
+    looped = RecordError("a cycle")
+    looped.__cause__ = RecordError("its cause")
+    looped.__cause__.__cause__ = looped
+    for failure in (torch.cuda.OutOfMemoryError("CUDA out of memory"), chained(torch.cuda.OutOfMemoryError("oom")),
+                    driver_oom, chained(driver_oom)):  # fmt: skip
+        del asked[:]
+        assert kept_capture._third(taker(failure), control, -1) is not None
+        assert asked == [(512, MB, MB, 512), ()], failure  # (again without holes)
+    for failure in (chained(ValueError("the function raised")), looped,
+                    CudaError(700, "CUDA_ERROR_ILLEGAL_ADDRESS", "illegal address", "cuGraphLaunch")):  # fmt: skip
+        del asked[:]
+        with pytest.raises(type(failure)):
+            kept_capture._third(taker(failure), control, -1)
+        assert asked == [(512, MB, MB, 512)]

@@ -248,6 +248,27 @@ def test_a_batch_cuts_its_slots_as_tensors_of_their_own(monkeypatch, guard, dtyp
     assert slots[5].mul_(torch.full((2, 3), 2.0, dtype=dtype, requires_grad=True)).grad_fn is not None
 
 
+@pytest.mark.parametrize("name", ["float4_e2m1fn_x2", "qint8", "complex32", "float8_e4m3fn", "bool"])
+def test_a_batch_of_a_dtype_torch_cannot_allocate_or_fill_as_itself_is_bytes_viewed_as_it(name):
+    """Dtypes ``torch.empty`` refuses (quantized) or cannot fill under deterministic algorithms
+    (sub-byte) get their batch as bytes viewed as the dtype; the slots as for any dtype."""
+    from launchpad.sequences import output_memory
+
+    dtype = getattr(torch, name, None)
+    if dtype is None:
+        pytest.skip(f"this torch has no {name}")
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    torch.use_deterministic_algorithms(True)  # (uninitialized memory filled: what failed for sub-byte dtypes)
+    try:
+        batch = output_memory.Batch((4,), (1,), dtype, -1, nbytes=600)
+        slots = batch.refill()
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    assert (batch.pitch, batch.count, len(slots)) == (1024, 64, 64)
+    assert slots[0].untyped_storage().nbytes() == 64 * 1024 and {t.dtype for t in slots} == {dtype}
+    assert [t.storage_offset() for t in slots] == [k * 1024 // dtype.itemsize for k in range(64)]
+
+
 def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_stream(monkeypatch):
     """The Python replay asks a ``Batch`` outside the sequence's lock: threads on two streams, with
     Python switching threads every microsecond, never take one slot twice, never fail, and take a
@@ -757,8 +778,9 @@ def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_whe
     control allocated, between spacers, so that its blocks lie apart (``apart``); there the writer's
     word reads the gradient alone. So the word means the gradient: it stays, while the loss is
     re-pointed at new memory each replay. Where they touch there too, or where the third capture
-    runs out of memory (it is left out), the loss is copied, for that word (before: copied in every
-    case), each replay's input read by both writers and the loss copied out from where its writer wrote."""
+    runs out of memory (it is made again without holes), the loss is copied, for that word (before:
+    copied in every case), each replay's input read by both writers and the loss copied out from
+    where its writer wrote."""
     from launchpad.sequences.outputs import SHARED_ADDRESS
 
     scale = graphs.fake.install(module["scale"])
@@ -783,6 +805,8 @@ def test_an_output_a_kept_block_touches_in_every_plain_capture_is_re_pointed_whe
 
     seq = graphs.record(step, f32())
     assert (4 * N, 4 * N) in holes  # (the third capture's: the control's two blocks)
+    if apart == "out of memory":
+        assert holes[holes.index((4 * N, 4 * N)) + 1] == ()  # (made again without holes)
     st = seq._state
     if apart is not True:
         assert SHARED_ADDRESS in st.plan.storages[0].copy and "node 0" in st.plan.storages[0].copy

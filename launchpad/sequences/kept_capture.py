@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from ..core import driver as _driver
-from ..errors import RecordError
+from ..errors import CudaError, RecordError
 from ..launch import checks as _checks
 from ..launch.executor import SK_POINTER
 from . import capture as _capture
@@ -149,8 +149,7 @@ def _keep(fn: Callable[..., Any], plan: Plan, values: dict[str, Any], firsts: li
         # last: what fn left behind (a parameter's .grad) is the kept graph's; timed: which nodes may use each of
         # its allocations (outputs.storages), read in the capture itself
         final = take(pool=twin.graph.pool(), timed=timed)
-        # (a third capture left out, or unlike the others, says nothing of final's words)
-        compared = third if third is not None and _alike(third, control, final) else None
+        compared = third if _alike(third, control, final) else None  # (else its words say nothing of final's)
         before = len(copies)
         same_structure("", plan.nodes, final.nodes[before : before + len(plan.nodes)])
         if len(final.nodes) != 2 * before + len(plan.nodes) + len(copied):  # (copies in, back, out)
@@ -231,27 +230,34 @@ def _check_copies(copies: list, values: dict[str, Any]) -> None:
                 )
 
 
-def _third(take: Callable[..., _capture.Capture], control: _capture.Capture, device: int) -> _capture.Capture | None:
+def _third(take: Callable[..., _capture.Capture], control: _capture.Capture, device: int) -> _capture.Capture:
     """The third capture, its pool's holes within a quarter of the device's free memory (they take up
-    to twice their bytes: a 1 MiB hole and its spacers fill a 2 MiB segment); None where it ran out of
-    memory all the same, so that the plain captures' rule decides (what they cannot tell apart is
-    copied) and the recording goes on, as it would have without the holes."""
-    budget = HOLE_BYTES if device < 0 else min(HOLE_BYTES, torch.cuda.mem_get_info(device)[0] // 4)
+    to twice their bytes: a 1 MiB hole and its spacers fill a 2 MiB segment). Where it runs out of
+    memory all the same, it is made again without holes: its other use, telling the host's leftovers
+    from addresses, needs no holes, and the blocks that touch in the plain captures then touch in it
+    too (what no capture tells apart is copied)."""
     try:
-        third = take(holes=_holes(control, budget))
-    except (RecordError, torch.cuda.OutOfMemoryError) as exc:
+        free = torch.cuda.mem_get_info(device)[0] if device >= 0 else 4 * HOLE_BYTES
+    except Exception:  # (no figure: the cap alone, and the out-of-memory path below)
+        free = 4 * HOLE_BYTES
+    try:
+        third = take(holes=_holes(control, min(HOLE_BYTES, free // 4)))
+    except Exception as exc:
         if not _out_of_memory(exc):
             raise
-        return None
+        third = take()
     third.result = None
     return third
 
 
 def _out_of_memory(exc: BaseException | None) -> bool:
-    """Whether ``exc`` or an error in its chain is torch's out-of-memory error."""
-    while exc is not None:
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
+    """Whether ``exc`` or an error in its chain is an out-of-memory error: torch's, or the driver's
+    (``CUDA_ERROR_OUT_OF_MEMORY``, a :class:`CudaError` of code 2)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, torch.cuda.OutOfMemoryError) or (isinstance(exc, CudaError) and exc.code == 2):
             return True
+        seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     return False
 

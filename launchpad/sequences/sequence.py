@@ -100,7 +100,7 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, com
         Change the graph's nodes from the host each replay (a driver call per node changed), not
         through launchpad's updater node on the device (default where the driver and GPU allow it).
         The updater costs the host less and the GPU more: on an H200, a small training step's
-        GPU-bound loop ran 1-5% longer with it (docs/sequences.md). For steps whose loop waits on
+        GPU-bound loop ran up to 5% longer with it (docs/sequences.md). For steps whose loop waits on
         the GPU, not on the host.
 
     Raises
