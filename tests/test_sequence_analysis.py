@@ -251,7 +251,8 @@ def test_a_batch_cuts_its_slots_as_tensors_of_their_own(monkeypatch, guard, dtyp
 @pytest.mark.parametrize("name", ["float4_e2m1fn_x2", "qint8", "complex32", "float8_e4m3fn", "bool"])
 def test_a_batch_of_a_dtype_torch_cannot_allocate_or_fill_as_itself_is_bytes_viewed_as_it(name):
     """Dtypes ``torch.empty`` refuses (quantized) or cannot fill under deterministic algorithms
-    (sub-byte) get their batch as bytes viewed as the dtype; the slots as for any dtype."""
+    (sub-byte) get their batch, and a padded output its memory, as bytes viewed as the dtype; the
+    slots and the padded view as for any dtype."""
     from launchpad.sequences import output_memory
 
     dtype = getattr(torch, name, None)
@@ -262,11 +263,13 @@ def test_a_batch_of_a_dtype_torch_cannot_allocate_or_fill_as_itself_is_bytes_vie
     try:
         batch = output_memory.Batch((4,), (1,), dtype, -1, nbytes=600)
         slots = batch.refill()
+        padded = output_memory.Padded((4,), (1,), dtype, -1, nbytes=4096)()
     finally:
         torch.use_deterministic_algorithms(deterministic)
     assert (batch.pitch, batch.count, len(slots)) == (1024, 64, 64)
     assert slots[0].untyped_storage().nbytes() == 64 * 1024 and {t.dtype for t in slots} == {dtype}
     assert [t.storage_offset() for t in slots] == [k * 1024 // dtype.itemsize for k in range(64)]
+    assert padded.dtype == dtype and padded.shape == (4,) and padded.untyped_storage().nbytes() == 4096
 
 
 def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_stream(monkeypatch):

@@ -236,12 +236,14 @@ def _third(take: Callable[..., _capture.Capture], control: _capture.Capture, dev
     memory all the same, it is made again without holes: its other use, telling the host's leftovers
     from addresses, needs no holes, and the blocks that touch in the plain captures then touch in it
     too (what no capture tells apart is copied)."""
+    budget = HOLE_BYTES
+    if device >= 0:  # (the fake GPU's device is the CPU: the cap alone)
+        try:
+            budget = min(budget, torch.cuda.mem_get_info(device)[0] // 4)
+        except Exception:  # (no figure: the cap alone, and the out-of-memory path below)
+            pass
     try:
-        free = torch.cuda.mem_get_info(device)[0] if device >= 0 else 4 * HOLE_BYTES
-    except Exception:  # (no figure: the cap alone, and the out-of-memory path below)
-        free = 4 * HOLE_BYTES
-    try:
-        third = take(holes=_holes(control, min(HOLE_BYTES, free // 4)))
+        third = take(holes=_holes(control, budget))
     except Exception as exc:
         if not _out_of_memory(exc):
             raise

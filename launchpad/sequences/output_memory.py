@@ -65,18 +65,23 @@ def torch_device(device: int) -> torch.device:
 
 class Padded:
     """One tensor of an output's layout at the start of ``nbytes`` new bytes (more than the layout
-    reaches): ``torch.empty`` of the bytes as elements of the output's dtype, viewed in its layout
-    and detached (no autograd view of the bytes: in-place ops with tensors that require grad work
-    on it as on a tensor of its own)."""
+    reaches): ``torch.empty`` of the bytes as elements of the output's dtype (bytes viewed as it,
+    for a dtype not :data:`_ALLOCATED_AS_IS`), viewed in its layout and detached (no autograd view
+    of the bytes: in-place ops with tensors that require grad work on it as on a tensor of its own)."""
 
     def __init__(self, shape: tuple[int, ...], stride: tuple[int, ...], dtype: torch.dtype, device: int,
                  nbytes: int):  # fmt: skip
         self.shape, self.stride, self.dtype, self.nbytes = shape, stride, dtype, nbytes
         self._elements = -(-nbytes // dtype.itemsize)
+        self._as_bytes = dtype not in _ALLOCATED_AS_IS
         self._where = torch_device(device)
 
     def __call__(self) -> torch.Tensor:
-        memory = torch.empty(self._elements, dtype=self.dtype, device=self._where)
+        if self._as_bytes:
+            memory = torch.empty(self._elements * self.dtype.itemsize, dtype=torch.uint8, device=self._where)
+            memory = memory.view(self.dtype)
+        else:
+            memory = torch.empty(self._elements, dtype=self.dtype, device=self._where)
         return memory.as_strided(self.shape, self.stride).detach()
 
     def __repr__(self) -> str:
@@ -105,6 +110,7 @@ class Batch:
         )
         self._where = where
         self._layout = ((self.count, *shape), (self.pitch // dtype.itemsize, *stride))
+        self._as_bytes = dtype not in _ALLOCATED_AS_IS
         self._lock = threading.Lock()
         self._stream: int | None = None
         self._taken: list[torch.Tensor] = []
@@ -118,10 +124,10 @@ class Batch:
         return self._slots()  # (entering inference_mode(False) cost a refill 5 us of its 14 on an H200 host)
 
     def _slots(self) -> tuple[torch.Tensor, ...]:
-        if self.dtype in _ALLOCATED_AS_IS:  # (a pitch is a whole number of elements: BATCH_PITCH is 512)
-            memory = torch.empty(self.count * self.pitch // self.dtype.itemsize, dtype=self.dtype, device=self._where)
-        else:  # bytes viewed as the dtype, for those torch.empty refuses (quantized) or cannot fill deterministically
+        if self._as_bytes:
             memory = torch.empty(self.count * self.pitch, dtype=torch.uint8, device=self._where).view(self.dtype)
+        else:  # (a pitch is a whole number of elements: BATCH_PITCH is 512)
+            memory = torch.empty(self.count * self.pitch // self.dtype.itemsize, dtype=self.dtype, device=self._where)
         slots = memory.as_strided(*self._layout)
         if _BELOW_VIEW_TRACKING is None:
             return tuple(t.detach() for t in slots.unbind(0))
@@ -184,9 +190,9 @@ def batch_count(pitch: int) -> int:
 # do): torch's own functorch uses this guard; without it, each slot is detached.
 _BELOW_VIEW_TRACKING = getattr(torch._C, "_AutoDispatchBelowADInplaceOrView", None)
 
-#: Dtypes a batch allocates as themselves (a view of bytes cost a refill 0.5 us on an H200 host); any
-#: other (sub-byte, quantized, ``complex32``) is bytes viewed as it: ``torch.empty`` refuses some, or
-#: cannot fill them under ``torch.use_deterministic_algorithms``.
+#: Dtypes new output memory is allocated as (a view of bytes cost a batch refill 0.5 us on an H200
+#: host); any other (sub-byte, quantized, ``complex32``) is bytes viewed as it: ``torch.empty``
+#: refuses some, or cannot fill them under ``torch.use_deterministic_algorithms``.
 _ALLOCATED_AS_IS = frozenset(
     {torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
      torch.float32, torch.float64, torch.complex64, torch.complex128}
