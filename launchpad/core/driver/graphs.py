@@ -30,7 +30,6 @@ __all__ = [
     "graph_upload",
     "kernel_node",
     "make_device_updatable",
-    "node_dependencies",
     "node_kind",
     "set_copy_node",
     "set_kernel_node_params",
@@ -68,16 +67,6 @@ def node_kind(node: int) -> str:
     ``"conditional"``, or the lowercase name of another node type."""
     kind = check(_cu.cuGraphNodeGetType(_cu.CUgraphNode(node)), "cuGraphNodeGetType")
     return str(_NT(kind).name).removeprefix("CU_GRAPH_NODE_TYPE_").lower()
-
-
-def node_dependencies(node: int) -> list[int]:
-    """The nodes a node depends on."""
-    n = _cu.CUgraphNode(node)
-    count = check(_cu.cuGraphNodeGetDependencies(n, 0), "cuGraphNodeGetDependencies")[1]
-    if not count:
-        return []
-    found = check(_cu.cuGraphNodeGetDependencies(n, count), "cuGraphNodeGetDependencies")[0]
-    return [int(d) for d in found[:count]]
 
 
 def child_graph(node: int) -> int:
