@@ -122,6 +122,51 @@ def test_pointers_dtypes_and_raw_addresses_alike(specs, monkeypatch, dtype, offs
     agree(gpu, compiled, python, lambda k: k.launch(1, 32, 0x1000, None, 2**64 - 16, n))
 
 
+DIVISORS = [1, 2, 3, 6, 7, 16, 24, 64, 1000, 2**30, 2**32 + 16, 2**62, 2**63 - 1]  # (a plan's divisor is an int64)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(divisors=st.lists(st.sampled_from(DIVISORS), min_size=4, max_size=4), data=st.data())
+def test_specialization_promises_hold_or_refuse_alike(specs, monkeypatch, divisors, data):
+    """An int's ``multiple_of`` and a pointer's ``align``, powers of two (a mask in the compiled
+    executor) or not (a division), on signed and unsigned widths: a value launches in both executors
+    exactly where Python's ``%`` says it keeps the promise, and is refused alike elsewhere."""
+    import dataclasses
+
+    i32, i64, u64 = divisors[:3]
+    promised = {5: i32 if i32 < 2**31 else 16, 7: i64, 8: u64}  # (an i32's divisor fits an i32)
+    scalars = specs["scalars"]
+    spec = dataclasses.replace(scalars, args=tuple(dataclasses.replace(a, multiple_of=promised.get(a.param, 0))
+                                                   for a in scalars.args))  # fmt: skip
+    gpu, compiled, python = both(spec, monkeypatch)
+    out = torch.empty(1, dtype=torch.uint64)
+
+    def value(param: int, lo: int, hi: int) -> int:  # a multiple, a near miss, or anything in range
+        d = promised[param]
+        k = data.draw(st.integers(-(-lo // d), (hi - 1) // d))  # (k * d within [lo, hi))
+        near = [v for v in (k * d, k * d + 1, k * d - 1) if lo <= v < hi]
+        return data.draw(st.sampled_from([*near, data.draw(st.integers(lo, hi - 1))]))
+
+    ints = (value(5, -(2**31), 2**31), value(7, -(2**63), 2**63), value(8, 0, 2**64))
+    plain = [1, 2, 3, 4] + [ints[0], 5, ints[1], ints[2]] + [0.5, 0.5, 0.5, 0.5, True]
+    result = agree(gpu, compiled, python, lambda k: k.launch(1, 32, out, *plain, bytes(32)))
+    kept = all(v % promised[p] == 0 for p, v in zip((5, 7, 8), ints))
+    assert (result[0] == "launched") == kept, (ints, promised, result)
+    if not kept:
+        assert result[1] is lp.ArgumentError and "multiple of" in result[2]
+
+    align = divisors[3] if divisors[3] < 2**32 else 16
+    pointers = specs["pointers"]
+    spec = dataclasses.replace(pointers, args=tuple(dataclasses.replace(a, align=align if a.param == 2 else 0)
+                                                    for a in pointers.args))  # fmt: skip
+    gpu, compiled, python = both(spec, monkeypatch)
+    x, y = torch.randn(8), torch.randn(8, dtype=torch.float64)
+    multiple = align * data.draw(st.integers(1, (2**64 - 1) // align))
+    address = data.draw(st.sampled_from([multiple, multiple - 1, data.draw(st.integers(1, 2**64 - 1))]))
+    result = agree(gpu, compiled, python, lambda k: k.launch(1, 32, x, y, address, 5))
+    assert (result[0] == "launched") == (address % align == 0), (address, align, result)
+
+
 def test_launch_options_configurations_and_streams_alike(specs, monkeypatch):
     gpu, compiled, python = both(specs["pointers"], monkeypatch)
     x, y, z = torch.randn(8), torch.randn(8, dtype=torch.float64), torch.randn(8)

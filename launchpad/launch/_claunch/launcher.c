@@ -134,7 +134,7 @@ static int launch_with_attributes(Launch *L, void **params, CUresult *err) {
     memset(attrs, 0, sizeof attrs);
     if (self->cluster[0]) {
         for (int i = 0; i < 3; i++)
-            if (L->grid[i] % (unsigned int)self->cluster[i]) return LP_FALLBACK;
+            if (!lp_multiple_u(L->grid[i], (uint64_t)self->cluster[i])) return LP_FALLBACK;
         attrs[n].id = LP_ATTR_CLUSTER_DIMENSION;
         attrs[n].value.dim.x = self->cluster[0];
         attrs[n].value.dim.y = self->cluster[1];

@@ -116,7 +116,7 @@ static int stage_tensor(Replay *self, const Input *in, PyObject *value, uint64_t
     const Use *uses = self->uses + in->first;
     for (Py_ssize_t u = 0; u < in->nuses; u++) {
         uint64_t at = address + (uint64_t)uses[u].delta;
-        if (uses[u].align && at % (uint64_t)uses[u].align) return LP_FALLBACK;
+        if (uses[u].align && !lp_multiple_u(at, (uint64_t)uses[u].align)) return LP_FALLBACK;
         staged[u] = at;
     }
     return LP_OK;

@@ -27,10 +27,9 @@ const DLPackExchangeAPI *lp_exchange_api(PyObject *tensor_type) {
  * distributed tensors) may have no storage of their own; the Python executor decides for them. */
 static int known_type(PyObject *tensor_types, PyObject *obj) {
     PyObject *type = (PyObject *)Py_TYPE(obj);
-    int known = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tensor_types); i++)
-        known |= PyTuple_GET_ITEM(tensor_types, i) == type;
-    return known;
+        if (PyTuple_GET_ITEM(tensor_types, i) == type) return 1;
+    return 0;
 }
 
 int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out) {
@@ -64,8 +63,4 @@ int lp_read_pointer(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObje
 int lp_on_device(const DLTensor *t, int device) {
     if (device < 0) return t->device.device_type == kDLCPU;
     return t->device.device_type == kDLCUDA && t->device.device_id == device;
-}
-
-uint32_t lp_dtype_word(const DLTensor *t) {
-    return (uint32_t)t->dtype.code | (uint32_t)t->dtype.bits << 8 | (uint32_t)t->dtype.lanes << 16;
 }

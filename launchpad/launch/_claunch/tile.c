@@ -36,7 +36,7 @@ int lp_run_tile_array(Launch *L, const Op *op, PyObject *value) {
     if (lp_read_tensor(L->self->api, L->self->tensor_types, value, &t) != LP_OK || !lp_on_device(&t, L->device)) return LP_FALLBACK;
     if (lp_dtype_word(&t) != op->dtype || t.ndim != op->ndim || t.ndim > 32) return LP_FALLBACK;
     uint64_t address = (uint64_t)(uintptr_t)t.data + t.byte_offset;
-    if (op->align > 1 && address % (uint64_t)op->align) return LP_FALLBACK;
+    if (op->align > 1 && !lp_multiple_u(address, (uint64_t)op->align)) return LP_FALLBACK;
     int64_t strides[32], expected = 1;
     for (int d = t.ndim - 1; d >= 0; d--) {  /* no strides: compact row-major */
         strides[d] = t.strides ? t.strides[d] : expected;
@@ -45,7 +45,7 @@ int lp_run_tile_array(Launch *L, const Op *op, PyObject *value) {
     for (int d = 0; d < t.ndim; d++) {
         const int64_t *c = op->dims + 5 * d;
         int64_t n = t.shape[d], s = strides[d];
-        if (n % c[0] || (c[1] != LP_NONE && n != c[1]) || s % c[2] || (c[3] != LP_NONE && s != c[3]) ||
+        if (!lp_multiple_s(n, c[0]) || (c[1] != LP_NONE && n != c[1]) || !lp_multiple_s(s, c[2]) || (c[3] != LP_NONE && s != c[3]) ||
             (c[4] != LP_NONE && s < c[4]) || n < op->size || n > op->multiple_of || s < op->size ||
             s > op->multiple_of)
             return LP_FALLBACK;

@@ -63,7 +63,7 @@ static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_
         unsigned long long v = PyLong_AsUnsignedLongLong(obj);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) return fallback_clearing();
         if (bits < 64 && v >> bits) return LP_FALLBACK;
-        if (multiple_of && v % (unsigned long long)multiple_of) return LP_FALLBACK;
+        if (multiple_of && !lp_multiple_u(v, (uint64_t)multiple_of)) return LP_FALLBACK;
         store_u64(at, slot->size, v);
         return LP_OK;
     }
@@ -71,7 +71,7 @@ static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_
     long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
     if (overflow || (v == -1 && PyErr_Occurred())) return fallback_clearing();
     if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return LP_FALLBACK;
-    if (multiple_of && v % multiple_of) return LP_FALLBACK;
+    if (multiple_of && !lp_multiple_s(v, multiple_of)) return LP_FALLBACK;
     store_u64(at, slot->size, (uint64_t)v);
     return LP_OK;
 }
@@ -91,7 +91,7 @@ static int pack_pointer(Launch *L, char *at, PyObject *obj, uint32_t dtype, int6
             device != (L->device < 0 ? -1 : L->device) || (dtype && word != dtype))
             return LP_FALLBACK;
     }
-    if (align && address % (uint64_t)align) return LP_FALLBACK;
+    if (align && !lp_multiple_u(address, (uint64_t)align)) return LP_FALLBACK;
     memcpy(at, &address, 8);
     return LP_OK;
 }
