@@ -265,18 +265,18 @@ PyObject *lp_dlpack_tensor(PyObject *module, PyObject *args);
  * where it takes the tensor, else the exchange API's (types not in tensor_types: LP_FALLBACK). */
 int lp_read_pointer(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, uint64_t *address,
                     uint32_t *dtype, int *device);
-/* tensors.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch), and its DLPack
- * dtype word (code | bits << 8 | lanes << 16). */
+/* tensors.c: whether a tensor is on the device (-1: the CPU, where CPU tests launch). */
 int lp_on_device(const DLTensor *t, int device);
 /* A tensor's dtype as one word: the DLPack code | bits << 8 | lanes << 16 (what a plan's dtype is). */
 static inline uint32_t lp_dtype_word(const DLTensor *t) {
     return (uint32_t)t->dtype.code | (uint32_t)t->dtype.bits << 8 | (uint32_t)t->dtype.lanes << 16;
 }
 
-/* Whether ``v`` is a multiple of ``d`` (not 0), as ``v % d == 0`` says. The plans' alignments and
- * divisibilities are powers of two (Triton's 16, a dtype's size, cuTile's divisors), for which a
- * mask says it without a 64-bit division: 10 to 90 cycles each, three in a Triton launch of two
- * pointers and a size. Unsigned arithmetic: d - 1 never overflows (d = INT64_MIN is 2**63). */
+/* Whether ``v`` is a multiple of ``d`` (not 0), as ``v % d == 0`` says. A plan's alignments and
+ * divisibilities are nearly always powers of two (Triton's 16, a dtype's size, cuTile's usual
+ * divisors), for which a mask says it without a 64-bit division: 10 to 90 cycles each, three in a
+ * Triton launch of two pointers and a size. Any other divisor divides. Unsigned arithmetic: u - 1
+ * never overflows (d = INT64_MIN is 2**63). */
 static inline int lp_multiple_u(uint64_t v, uint64_t d) { return (d & (d - 1)) == 0 ? (v & (d - 1)) == 0 : v % d == 0; }
 static inline int lp_multiple_s(int64_t v, int64_t d) {
     uint64_t u = (uint64_t)d;

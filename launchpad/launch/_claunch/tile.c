@@ -45,9 +45,9 @@ int lp_run_tile_array(Launch *L, const Op *op, PyObject *value) {
     for (int d = 0; d < t.ndim; d++) {
         const int64_t *c = op->dims + 5 * d;
         int64_t n = t.shape[d], s = strides[d];
-        if (!lp_multiple_s(n, c[0]) || (c[1] != LP_NONE && n != c[1]) || !lp_multiple_s(s, c[2]) || (c[3] != LP_NONE && s != c[3]) ||
-            (c[4] != LP_NONE && s < c[4]) || n < op->size || n > op->multiple_of || s < op->size ||
-            s > op->multiple_of)
+        if (!lp_multiple_s(n, c[0]) || (c[1] != LP_NONE && n != c[1]) || !lp_multiple_s(s, c[2]) ||
+            (c[3] != LP_NONE && s != c[3]) || (c[4] != LP_NONE && s < c[4]) || n < op->size || n > op->multiple_of ||
+            s < op->size || s > op->multiple_of)
             return LP_FALLBACK;
     }
     if ((op->flags & 1) && !tile_disjoint(t.shape, strides, t.ndim)) return LP_FALLBACK;
