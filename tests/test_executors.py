@@ -7,6 +7,7 @@ to the Python one, and no growth in references or memory over many launches.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import json
 import sys
@@ -131,8 +132,6 @@ def test_specialization_promises_hold_or_refuse_alike(specs, monkeypatch, diviso
     """An int's ``multiple_of`` and a pointer's ``align``, powers of two (a mask in the compiled
     executor) or not (a division), on signed and unsigned widths: a value launches in both executors
     exactly where Python's ``%`` says it keeps the promise, and is refused alike elsewhere."""
-    import dataclasses
-
     i32, i64, u64 = divisors[:3]
     promised = {5: i32 if i32 < 2**31 else 16, 7: i64, 8: u64}  # (an i32's divisor fits an i32)
     scalars = specs["scalars"]
