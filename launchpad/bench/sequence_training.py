@@ -214,7 +214,8 @@ def torch_graph(work: Workload, copies: bool = True) -> Timed:
 
     if not copies:
 
-        def launch_alone(x: Any, y: Any, trainer: Trainer = t) -> Any:
+        def launch_alone(x: Any, y: Any, trainer: Trainer = t, inputs: tuple = (x_s, y_s)) -> Any:
+            # (``inputs`` held as ``trainer`` is: the graph reads them where they are)
             graph.replay()
             return loss_s
 
