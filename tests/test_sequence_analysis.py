@@ -171,6 +171,53 @@ def test_a_re_pointed_view_at_the_start_of_a_larger_storage_is_allocated_as_itse
     assert kept[0].add_(torch.ones((), requires_grad=True)).requires_grad
 
 
+def test_a_refill_of_large_slots_makes_several_batches_each_held_alone(module, graphs, monkeypatch):
+    """A 0-d output at the start of a 1 MiB storage (the transformer's loss in the bench's training
+    step): a batch holds 8 slots in 8 MiB, and one refill makes 4 such batches (``REFILL_BYTES``), so
+    that the first call into torch's allocator after a graph launch comes every 32 replays, not 8. The
+    32 replays that follow one refill each get memory no other replay got, the kernel re-pointed at
+    it; the slots of one batch share its storage, 1 MiB apart, and a slot held holds only its batch's
+    8 MiB."""
+    from launchpad.sequences import output_memory as memory
+
+    scale = graphs.fake.install(module["scale"])
+    elements = 1 << 18  # 1 MiB of float32
+    refills = []
+    refill = memory.Batch.refill
+
+    def counted(self):
+        refills.append(self)
+        return refill(self)
+
+    monkeypatch.setattr(memory.Batch, "refill", counted)
+
+    def step(x):
+        out = graphs.pool(torch.empty(elements))
+        scale[1, N](out, x, 2.0, N)
+        return out[0]
+
+    seq = graphs.record(step, f32())
+    (allocate,) = seq._state.allocators
+    (use,) = seq._state.plan.storages[0].uses
+    assert (allocate.pitch, allocate.count, allocate.groups) == (1 << 20, 8, 4)
+    before = len(refills)
+    kept = []
+    for r in range(32):
+        got = seq(f32(value=r / 4))
+        assert graphs.reads(seq, use.node)[use.offset : use.offset + 8] == struct.pack("<Q", got.data_ptr())
+        kept.append(got)
+    assert len(refills) - before == 1  # 32 replays, one refill
+    storages = [t.untyped_storage() for t in kept]
+    assert len({t.data_ptr() for t in kept}) == 32 and len({s.data_ptr() for s in storages}) == 4
+    assert all(s.nbytes() == 8 << 20 for s in storages)  # a slot holds its own batch only
+    for k in range(4):  # a batch's slots: its storage, in turn, 1 MiB apart
+        group = kept[8 * k : 8 * k + 8]
+        assert len({t.untyped_storage().data_ptr() for t in group}) == 1
+        assert [t.storage_offset() for t in group] == [i * elements for i in range(8)]
+    seq(f32())  # the 33rd: a new refill
+    assert len(refills) - before == 2
+
+
 def test_a_small_output_takes_a_slot_of_a_batch_per_replay(module, graphs, monkeypatch):
     """An output of at most 512 bytes gets its memory from a ``Batch`` (one allocation cut into 64
     slots 512 bytes apart, as aligned as a tensor of its own): every replay a slot no other replay

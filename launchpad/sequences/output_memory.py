@@ -27,6 +27,14 @@ alive holds the batch's memory, ``torch.save`` writes it, and ``resize_`` grows 
 slots, which later replays write), and it is never an inference tensor. Any other output whose view
 is smaller than its memory is a :class:`Padded` tensor.
 
+A refill makes up to :data:`REFILL_SLOTS` slots, in allocations of one batch each, up to
+:data:`REFILL_BYTES` in all: right after a graph launch, torch's allocator and view code cost their
+first call 40-50 µs more than when warm (an H200 host: a refill of the MLP's 32 slots 200 µs inside
+replays, 37 from an idle device), each further allocation and cut little. Several batches made in one
+refill spread that over more replays (the transformer's loss: 4 batches of 8 slots of 1 MiB), while a
+slot held still holds only its own batch (a loop that keeps one loss in a hundred keeps 8 MiB per loss,
+not the whole refill's).
+
 A batch belongs to the stream it was allocated on (the caching allocator reuses its block on that
 stream once every slot is freed): a replay on another stream takes a tensor of its own
 (``torch.empty_strided``), until the batch is used up and the next one is allocated on the stream
@@ -36,6 +44,7 @@ of the replay that needs it. Two streams replaying in turn never refill at every
 from __future__ import annotations
 
 import functools
+import itertools
 import threading
 from collections.abc import Callable
 
@@ -46,7 +55,8 @@ from .analysis import Plan
 from .capture import layout_span
 from .outputs import held_bytes
 
-__all__ = ["BATCH_BYTES", "BATCH_COUNT", "BATCH_PITCH", "Batch", "Padded", "allocators", "torch_device"]
+__all__ = ["BATCH_BYTES", "BATCH_COUNT", "BATCH_PITCH", "REFILL_BYTES", "REFILL_SLOTS", "Batch", "Padded", "allocators",
+           "torch_device"]  # fmt: skip
 
 #: Bytes between a batch's slots (torch's caching allocator rounds every block up to 512) and the
 #: largest output a batch serves.
@@ -56,6 +66,9 @@ BATCH_COUNT = 64
 #: Most bytes of one batch of padded outputs (a batch holds at least two slots): a refill costs an
 #: H100 host 16 us plus 1 us a slot, the cost of a replay that takes it.
 BATCH_BYTES = 8 << 20
+#: Most slots, and most bytes, one refill makes (as batches of their own: see the module documentation).
+REFILL_SLOTS = 64
+REFILL_BYTES = 32 << 20
 
 
 def torch_device(device: int) -> torch.device:
@@ -101,6 +114,7 @@ class Batch:
         span = layout_span(shape, stride, dtype.itemsize)
         self.pitch = slot_pitch(max(nbytes, span))
         self.count = batch_count(self.pitch)
+        self.groups = refill_groups(self.count, self.pitch)  # batches a refill makes
         self.shape, self.stride, self.dtype, self.device = shape, stride, dtype, device
         where = torch_device(device)
         self.plain: Callable[[], torch.Tensor] = (
@@ -116,14 +130,18 @@ class Batch:
         self._taken: list[torch.Tensor] = []
 
     def refill(self) -> tuple[torch.Tensor, ...]:
-        """``count`` new tensors of the output's layout, in one allocation on torch's current stream
-        (never inference tensors: a replay outside inference mode may return them)."""
+        """``groups`` batches of ``count`` new tensors of the output's layout, each batch one allocation
+        on torch's current stream (never inference tensors: a replay outside inference mode may return them)."""
         if torch.is_inference_mode_enabled():
             with torch.inference_mode(False):
                 return self._slots()
         return self._slots()  # (entering inference_mode(False) cost a refill 5 us of its 14 on an H200 host)
 
     def _slots(self) -> tuple[torch.Tensor, ...]:
+        batches = [self._batch() for _ in range(self.groups)]
+        return batches[0] if len(batches) == 1 else tuple(itertools.chain.from_iterable(batches))
+
+    def _batch(self) -> tuple[torch.Tensor, ...]:
         if self._as_bytes:
             memory = torch.empty(self.count * self.pitch, dtype=torch.uint8, device=self._where).view(self.dtype)
         else:  # (a pitch is a whole number of elements: BATCH_PITCH is 512)
@@ -184,6 +202,11 @@ def slot_pitch(nbytes: int) -> int:
 def batch_count(pitch: int) -> int:
     """Slots of a batch ``pitch`` bytes apart."""
     return max(1, min(BATCH_COUNT, BATCH_BYTES // pitch))
+
+
+def refill_groups(count: int, pitch: int) -> int:
+    """Batches of ``count`` slots ``pitch`` bytes apart that one refill makes."""
+    return max(1, min(REFILL_SLOTS // count, REFILL_BYTES // (count * pitch)))
 
 
 # Views made below torch's ADInplaceOrView key carry no autograd view of their base (as ``detach``'s
