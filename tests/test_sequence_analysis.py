@@ -319,10 +319,12 @@ def test_a_batch_of_a_dtype_torch_cannot_allocate_or_fill_as_itself_is_bytes_vie
     assert padded.dtype == dtype and padded.shape == (4,) and padded.untyped_storage().nbytes() == 4096
 
 
-def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_stream(monkeypatch):
+@pytest.mark.parametrize("refill_slots", [64, 256])
+def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_stream(monkeypatch, refill_slots):
     """The Python replay asks a ``Batch`` outside the sequence's lock: threads on two streams, with
     Python switching threads every microsecond, never take one slot twice, never fail, and take a
-    slot only on the stream its batch was allocated on (else a tensor of its own)."""
+    slot only on the stream its batch was allocated on (else a tensor of its own); with refills of
+    one batch, and of four (``REFILL_SLOTS`` 256: every batch of a refill on the refill's stream)."""
     import sys
     import threading
 
@@ -330,13 +332,17 @@ def test_a_batch_shared_by_threads_on_two_streams_gives_each_slot_once_on_its_st
 
     local = threading.local()
     monkeypatch.setattr(output_memory._checks, "current_raw_stream", lambda device: local.stream)
+    monkeypatch.setattr(output_memory, "REFILL_SLOTS", refill_slots)
     batch = output_memory.Batch((), (), torch.float32, -1)
+    assert batch.groups == refill_slots // 64
     origin: dict[int, int] = {}  # a batch's storage -> the stream it was allocated on
     refill = batch.refill
 
     def recording_refill():
         slots = refill()
-        origin[slots[0].untyped_storage().data_ptr()] = local.stream
+        assert len(slots) == refill_slots and len({t.untyped_storage().data_ptr() for t in slots}) == batch.groups
+        for t in slots:
+            origin[t.untyped_storage().data_ptr()] = local.stream
         return slots
 
     monkeypatch.setattr(batch, "refill", recording_refill)
