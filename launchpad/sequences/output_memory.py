@@ -63,8 +63,8 @@ __all__ = ["BATCH_BYTES", "BATCH_COUNT", "BATCH_PITCH", "REFILL_BYTES", "REFILL_
 BATCH_PITCH = 512
 #: Most slots of one batch.
 BATCH_COUNT = 64
-#: Most bytes of one batch of padded outputs (a batch holds at least two slots): a refill costs an
-#: H100 host 16 us plus 1 us a slot, the cost of a replay that takes it.
+#: Most bytes of one batch of padded outputs (a batch holds at least two slots): a batch costs an
+#: H100 host 16 us plus 1 us a slot, and a slot held holds its batch's bytes.
 BATCH_BYTES = 8 << 20
 #: Most slots, and most bytes, one refill makes (as batches of their own: see the module documentation).
 REFILL_SLOTS = 64
