@@ -126,3 +126,63 @@ def test_hooks_are_checked_per_launch_not_cached(env):
             launcher[(1,)](x, x, x, 64, BLOCK=64)
         launcher[(1,)](x, x, x, 64, BLOCK=64)
     assert calls == [0, 1, 2] and len(env.fake.launches) == 6
+
+
+def test_hooks_set_on_the_knobs_object_are_seen_at_the_next_launch(env):
+    """Hooks assigned to ``triton.knobs.runtime`` itself (its ``__dict__``) after launches that found
+    none are seen at the next launch: a chain of the object's own, its list grown without the object
+    changing, too; None there hides the class's chain. (What a launch finds is not kept between
+    launches: a dict watcher, tried, misses attributes that Python 3.13 stores in an object's inline
+    values, and this test failed with it.)"""
+    runtime = triton.knobs.runtime
+    class_chain = getattr(type(runtime), "launch_enter_hook", None)
+    chains = hasattr(class_chain, "calls")  # Triton 3.5+: HookChains on the class
+    launcher = lpt.TritonLauncher(profiled_add, target=SM90)
+    x = aligned(64)
+    calls: list = []
+
+    def launch(note):
+        launcher[(1,)](x, x, x, 64, BLOCK=64)
+        calls.append(note)
+
+    def by_class(md):
+        calls.append("class chain")
+
+    launch("none")
+    launch("none")
+    try:
+        runtime.launch_enter_hook = lambda md: calls.append("plain hook")
+        launch("after plain")
+        runtime.launch_enter_hook = None
+        launch("after None")
+        if chains:
+            class_chain.add(by_class)
+            launch("class chain set, object's None")
+            del runtime.launch_enter_hook
+            launch("class chain set, object's removed")
+            own = type(class_chain)()
+            runtime.launch_enter_hook = own
+            launch("own empty chain")
+            class_chain.remove(by_class)
+            own.add(lambda md: calls.append("own chain"))
+            launch("own chain grown")
+            own.calls.clear()
+            launch("own chain emptied")
+    finally:
+        vars(runtime).pop("launch_enter_hook", None)
+        if chains and by_class in class_chain.calls:
+            class_chain.remove(by_class)
+    launch("all removed")
+    expected = ["none", "none", "plain hook", "after plain", "after None"]
+    if chains:
+        expected += [
+            "class chain set, object's None",
+            "class chain",
+            "class chain set, object's removed",
+            "own empty chain",
+            "own chain",
+            "own chain grown",
+            "own chain emptied",
+        ]
+    assert calls == [*expected, "all removed"]
+    assert len(env.fake.launches) == len([c for c in calls if c not in ("plain hook", "class chain", "own chain")])

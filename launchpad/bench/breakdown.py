@@ -135,7 +135,7 @@ def main() -> int:
         "torch: one tensor's DLPack read (C loop)": Timed(batch=lambda count: dlpack_loop(x, count)),
         "python: torch._C._cuda_getDevice()": Timed(lambda: get_device()),
         "python: torch._C._cuda_getCurrentRawStream(0)": Timed(lambda: get_stream(0)),
-        "python: an empty lambda": Timed(lambda: None),
+        "python: an empty lambda": Timed(lambda: None, through_lambda=True),
     }
     _profile_steps({"no parameters": lambda: empty.launch(1, 1024), "3 raw scalars": lambda: k.launch(1, 1024, raw_x, raw_y, n),
                     "2 tensors and n": lambda: k.launch(1, 1024, x, y, n),

@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .caller_loop import loop_of
+
 __all__ = [
     "Entry",
     "Failed",
@@ -84,6 +86,9 @@ class Timed:
         not the host, paces (graph replay), where the host returns long before the GPU is done.
     note
         How the launcher was called, for the report.
+    through_lambda
+        Call ``call`` itself per launch. By default a lambda's body is run in the loop instead
+        (:mod:`launchpad.bench.caller_loop`: a caller's loop pays no frame per launch).
     """
 
     call: Callable[[], Any] | None = None
@@ -91,10 +96,17 @@ class Timed:
     per_call: int = 1
     sync_in_timing: bool = False
     note: str = ""
+    through_lambda: bool = False
+
+    def __post_init__(self) -> None:
+        self._loop = None if self.through_lambda or self.call is None else loop_of(self.call)
 
     def run(self, calls: int) -> None:
         if self.batch is not None:
             self.batch(calls)
+            return
+        if self._loop is not None:
+            self._loop(calls)
             return
         call = self.call
         assert call is not None

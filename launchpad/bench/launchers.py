@@ -74,6 +74,14 @@ def lp_cpp(ctx: Context) -> Timed:
     return Timed(call, note="k = launchpad.compile_cuda(src, 'double_it'); k.launch(1, 1024, x, y, n)")
 
 
+def lp_cpp_lambda(ctx: Context) -> Timed:
+    note = (
+        "the same k.launch(1, 1024, x, y, n), called through its lambda: the other rows run a lambda's "
+        "body in their loop (launchpad.bench.caller_loop); this row's difference is a Python frame per call"
+    )
+    return Timed(lp_cpp(ctx).call, note=note, through_lambda=True)
+
+
 def lp_numba(ctx: Context) -> Timed:
     k, x, y, n = ctx.lp_numba(), ctx.x, ctx.y, ctx.n
     call = lambda: k.launch(1, 1024, x, y, n)
@@ -363,6 +371,7 @@ LAUNCHERS: list[Entry] = [
     Entry("lp_triton", "launchpad Kernel.launch, Triton cubin", "launchpad", lp_triton),
     Entry("lp_triton_getitem", "launchpad k[grid](...), Triton cubin", "launchpad", lp_triton_getitem),
     Entry("lp_cpp", "launchpad Kernel.launch, C++ (compile_cuda)", "launchpad", lp_cpp),
+    Entry("lp_cpp_lambda", "launchpad Kernel.launch, C++, called through a lambda", "launchpad", lp_cpp_lambda),
     Entry("lp_numba", "launchpad Kernel.launch, Numba (from_numba)", "launchpad", lp_numba),
     Entry("lp_numba_getitem", "launchpad k[grid, block](...), Numba", "launchpad", lp_numba_getitem),
     Entry("lp_bound", "launchpad bound launch (Kernel.bind, C++)", "launchpad", lp_bound),

@@ -290,8 +290,32 @@ int lp_run_warp_array(Launch *L, const Op *op, PyObject *value);
 /* values.c: a scalar into a slot's bytes at ``at`` as a launch packs it (LP_OK or LP_FALLBACK;
  * never raises); pointer and bytes slots are not scalars (LP_FALLBACK). */
 int lp_pack_scalar(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of);
-/* values.c: a Python int in [lo, hi] (exact int only; bools refused). */
-int lp_small_int(PyObject *obj, long lo, long hi, long *out);
+/* An int's value where it has one digit (|v| < 2**30, every grid, block, size and count a launch
+ * sees), read inline on Python 3.12+, which exposes that form: 1 and *out, else 0 (an int of more
+ * digits, or an older Python) for the caller's general read. ``obj`` must be an int. */
+static inline int lp_compact_int(PyObject *obj, long long *out) {
+#if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_LIMITED_API)
+    if (PyUnstable_Long_IsCompact((PyLongObject *)obj)) {
+        *out = (long long)PyUnstable_Long_CompactValue((PyLongObject *)obj);
+        return 1;
+    }
+#else
+    (void)obj, (void)out;
+#endif
+    return 0;
+}
+
+/* values.c: a Python int in [lo, hi] (exact int only; bools refused). lp_small_int reads one of one
+ * digit inline and calls lp_long_in_range for the rest. */
+int lp_long_in_range(PyObject *obj, long lo, long hi, long *out);
+static inline int lp_small_int(PyObject *obj, long lo, long hi, long *out) {
+    long long v;
+    if (!PyLong_CheckExact(obj)) return LP_FALLBACK;
+    if (!lp_compact_int(obj, &v)) return lp_long_in_range(obj, lo, hi, out);
+    if (v < lo || v > hi) return LP_FALLBACK;
+    *out = (long)v;
+    return LP_OK;
+}
 
 /* launcher.c: torch's current stream on ``device``: ``get_stream(device)`` where given (tests), else
  * the DLPack exchange API's current_work_stream (a CUDA device only). LP_OK and *out, or

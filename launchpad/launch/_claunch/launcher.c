@@ -187,9 +187,9 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     lp_profile_calls++;
 #endif
     LP_UNMARK(0);
-    Launch L;
-    memset(&L, 0, sizeof L);
-    L.self = self;
+    Launch L;  /* each field set before it is read: what the cleanup reads, here (no memset: a launch's
+                * fixed cost, ~10 ns, for a struct mostly written again below) */
+    L.self = self, L.entry = NULL, L.nkeep = 0;
     int status = LP_FALLBACK;
     char *heap = NULL;  /* the parameter buffer of a launch whose parameters do not fit the stack's share */
     long v;
@@ -291,7 +291,7 @@ done:
     LP_UNMARK(7);
     for (int i = 0; i < L.nkeep; i++) Py_DECREF(L.keep[i]);
     Py_XDECREF(L.entry);
-    PyMem_Free(heap);
+    if (heap != NULL) PyMem_Free(heap);
     LP_MARK(7);
     if (status == LP_OK) Py_RETURN_NONE;
     PyErr_Clear();

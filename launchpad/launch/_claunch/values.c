@@ -14,8 +14,7 @@ static int fallback_clearing(void) {
     return LP_FALLBACK;
 }
 
-int lp_small_int(PyObject *obj, long lo, long hi, long *out) {
-    if (!PyLong_CheckExact(obj)) return LP_FALLBACK;
+int lp_long_in_range(PyObject *obj, long lo, long hi, long *out) {
     int overflow = 0;
     long v = PyLong_AsLongAndOverflow(obj, &overflow);
     if (overflow || (v == -1 && PyErr_Occurred())) return fallback_clearing();
@@ -51,8 +50,18 @@ static int pack_double(char *at, uint32_t size, double d, int kind) {
 }
 
 static void store_u64(char *at, uint32_t size, uint64_t v) {
-    /* little-endian host (x86-64, aarch64): the low bytes first */
-    memcpy(at, &v, size);
+    /* little-endian host (x86-64, aarch64): the low bytes first; each width its own store (a memcpy
+     * of a size known only at run time is a library call) */
+    uint8_t v8 = (uint8_t)v;
+    uint16_t v16 = (uint16_t)v;
+    uint32_t v32 = (uint32_t)v;
+    switch (size) {
+    case 8: memcpy(at, &v, 8); break;
+    case 4: memcpy(at, &v32, 4); break;
+    case 2: memcpy(at, &v16, 2); break;
+    case 1: memcpy(at, &v8, 1); break;
+    default: memcpy(at, &v, size); break;
+    }
 }
 
 /* An exact int (or bool, as struct takes it) into an integer slot of ``size`` bytes. */
@@ -67,9 +76,12 @@ static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_
         store_u64(at, slot->size, v);
         return LP_OK;
     }
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
-    if (overflow || (v == -1 && PyErr_Occurred())) return fallback_clearing();
+    long long v;
+    if (!lp_compact_int(obj, &v)) {
+        int overflow = 0;
+        v = PyLong_AsLongLongAndOverflow(obj, &overflow);
+        if (overflow || (v == -1 && PyErr_Occurred())) return fallback_clearing();
+    }
     if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return LP_FALLBACK;
     if (multiple_of && !lp_multiple_s(v, multiple_of)) return LP_FALLBACK;
     store_u64(at, slot->size, (uint64_t)v);
