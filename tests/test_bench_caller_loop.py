@@ -55,3 +55,14 @@ def test_what_is_not_inlined_is_called_as_given():
     timed = Timed(lambda: calls.append(1), through_lambda=True)
     timed.run(4)
     assert calls == [1, 1, 1, 1]
+
+
+def test_a_lambda_on_a_line_of_a_dict_or_a_call_is_inlined_and_its_names_are_its_own():
+    seen: list = []
+    count = 7  # a name the loop could have used for its own count: the body reads this one
+    rows = {
+        "row": Timed(lambda: seen.append(count)),
+    }
+    assert rows["row"].inlined
+    rows["row"].run(2)
+    assert seen == [7, 7]

@@ -27,9 +27,17 @@ __all__ = ["loop_of"]
 def _body(fn: types.FunctionType) -> str | None:
     """The source of a zero-argument lambda's body, or None."""
     try:
-        lines, _ = inspect.getsourcelines(fn)
-        tree = ast.parse(textwrap.dedent("".join(lines)))
-    except (OSError, TypeError, SyntaxError):
+        text = textwrap.dedent("".join(inspect.getsourcelines(fn)[0]))
+    except (OSError, TypeError):
+        return None
+    tree = None
+    for head, tail in (("", ""), ("(\n", "\n)"), ("{\n", "\n}")):  # a statement, or a line of a call or a dict
+        try:
+            tree = ast.parse(head + text.rstrip().rstrip(",") + tail)
+            break
+        except SyntaxError:
+            continue
+    if tree is None:
         return None
     found = [node for node in ast.walk(tree) if isinstance(node, ast.Lambda)]
     if len(found) != 1 or found[0].args.args or found[0].args.vararg or found[0].args.kwarg:
@@ -46,10 +54,12 @@ def loop_of(call: Callable[[], Any]) -> Callable[[int], None] | None:
     if body is None:
         return None
     free = call.__code__.co_freevars
+    if {"_lp_count", "_lp_repeat", "_lp_i"} & {*free, *call.__code__.co_names}:
+        return None  # the loop's own names: the body would read them instead of its own
     # the loop nested in a function of the lambda's free names, so that they are its free names too
     source = (f"def outer({', '.join(free)}):\n"
-              f"    def loop(count, _repeat):\n"
-              f"        for _ in _repeat(None, count):\n"
+              f"    def loop(_lp_count, _lp_repeat):\n"
+              f"        for _lp_i in _lp_repeat(None, _lp_count):\n"
               f"            {body}\n"
               f"    return loop\n")  # fmt: skip
     try:

@@ -101,6 +101,11 @@ class Timed:
     def __post_init__(self) -> None:
         self._loop = None if self.through_lambda or self.call is None else loop_of(self.call)
 
+    @property
+    def inlined(self) -> bool:
+        """Whether ``call``'s body runs in the loop (not called through the lambda)."""
+        return self.batch is None and self._loop is not None
+
     def run(self, calls: int) -> None:
         if self.batch is not None:
             self.batch(calls)
