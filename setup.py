@@ -16,9 +16,13 @@ SOURCES = ["module.c", "launcher_build.c", "launcher.c", "configured.c", "tensor
 claunch = Extension(
     "launchpad.launch._claunch",
     sources=[f"launchpad/launch/_claunch/{name}" for name in SOURCES],
-    depends=["launchpad/launch/_claunch/claunch.h", "launchpad/launch/_claunch/replay.h"],
+    depends=["launchpad/launch/_claunch/claunch.h", "launchpad/launch/_claunch/common_values.h",
+             "launchpad/launch/_claunch/replay.h"],
     extra_compile_args=[
         "-O2",
+        # only PyInit__claunch is exported (PyMODINIT_FUNC says so): calls between the module's own
+        # files are direct, not through the PLT as an interposable symbol's would be
+        "-fvisibility=hidden",
         "-std=c11",
         "-Wall",
         "-Wextra",

@@ -45,6 +45,11 @@ HAS_GPU = torch.cuda.is_available()
 EXECUTORS = ["compiled", "python"]
 
 
+def pytest_configure(config):
+    # pyproject.toml registers it too; this also holds where the tests run without it (CI's wheel leg)
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU (skipped without one)")
+
+
 def pytest_collection_modifyitems(config, items):
     if HAS_GPU:
         return

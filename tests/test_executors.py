@@ -80,7 +80,7 @@ def agree(gpu, compiled, python, call) -> tuple:
 INT_RANGES = {"i8": 8, "u8": 8, "i16": 16, "u16": 16, "i32": 32, "u32": 32, "i64": 64, "u64": 64}
 ints = st.one_of(
     st.integers(-(2**64), 2**65),
-    # 2**30 and -(2**30): where an int stops having one digit (values.c reads those inline on 3.12+)
+    # 2**30 and -(2**30): where an int stops having one digit (common_values.h reads those inline)
     st.sampled_from(
         [0, 1, -1, 2**7, 2**8, 2**15, 2**30 - 1, 2**30, -(2**30) + 1, -(2**30), 2**31, 2**32, 2**63, 2**64]
     ),

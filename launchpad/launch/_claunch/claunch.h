@@ -28,6 +28,14 @@
 #define PyFloat_Pack8(x, p, le) _PyFloat_Pack8((x), (unsigned char *)(p), (le))
 #endif
 
+/* A small function of the launch path, inlined where it is called even where the compiler's own
+ * estimate would call it (GCC and Clang). */
+#if defined(__GNUC__)
+#define LP_ALWAYS_INLINE static inline __attribute__((always_inline))
+#else
+#define LP_ALWAYS_INLINE static inline
+#endif
+
 /* --- CUDA driver ABI -------------------------------------------------------------------------- */
 
 typedef int CUresult;
@@ -179,6 +187,7 @@ typedef struct {
     int fixed_block[3];         /* 0: the launch chooses */
     int shared_default;
     int scale[3];               /* grid multiplier per dimension */
+    int scaled;                 /* some scale is not 1 (else a launch skips the multiplication) */
     /* the largest grid per dimension: the device's, or the plan's max_grid where lower (cuTile's
      * 2**24 - 1); above it the Python executor refuses the launch */
     unsigned int max_grid[3];
@@ -291,12 +300,20 @@ int lp_run_warp_array(Launch *L, const Op *op, PyObject *value);
  * never raises); pointer and bytes slots are not scalars (LP_FALLBACK). */
 int lp_pack_scalar(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of);
 /* An int's value where it has one digit (|v| < 2**30, every grid, block, size and count a launch
- * sees), read inline on Python 3.12+, which exposes that form: 1 and *out, else 0 (an int of more
- * digits, or an older Python) for the caller's general read. ``obj`` must be an int. */
+ * sees), read inline: 1 and *out, else 0 (an int of more digits) for the caller's general read.
+ * ``obj`` must be an int. */
 static inline int lp_compact_int(PyObject *obj, long long *out) {
 #if PY_VERSION_HEX >= 0x030C0000 && !defined(Py_LIMITED_API)
     if (PyUnstable_Long_IsCompact((PyLongObject *)obj)) {
         *out = (long long)PyUnstable_Long_CompactValue((PyLongObject *)obj);
+        return 1;
+    }
+#elif !defined(Py_LIMITED_API)
+    /* 3.10 and 3.11 (longintrepr.h, which Python.h includes): the size is the signed digit count;
+     * a zero's one allocated digit may be unset, so zero is read from its size alone */
+    Py_ssize_t size = Py_SIZE(obj);
+    if (size >= -1 && size <= 1) {
+        *out = size == 0 ? 0 : (long long)size * (long long)((PyLongObject *)obj)->ob_digit[0];
         return 1;
     }
 #else

@@ -6,6 +6,7 @@
  * re-reading its configuration. How a Launcher is built from its plan: launcher_build.c.
  */
 #include "claunch.h"
+#include "common_values.h"
 
 #include <alloca.h>
 #include <string.h>
@@ -14,8 +15,9 @@ static const unsigned int MAX_BLOCK[3] = {1024u, 1024u, 64u};
 
 /* --- one launch ------------------------------------------------------------------------------- */
 
-/* grid or block: an exact int, or a tuple of 1-3 exact ints, each within [low, max]. */
-static int read_dims(PyObject *obj, unsigned int out[3], const unsigned int max[3], unsigned int low) {
+/* grid or block: an exact int, or a tuple of 1-3 exact ints, each within [low, max]. Inline: a
+ * launch reads two. */
+LP_ALWAYS_INLINE int read_dims(PyObject *obj, unsigned int out[3], const unsigned int max[3], unsigned int low) {
     long v;
     out[1] = out[2] = 1;
     if (PyLong_CheckExact(obj)) {
@@ -225,7 +227,7 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
                (long)L.block[0] * L.block[1] * L.block[2] > L.max_threads) {
         goto done;
     }
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; self->scaled && i < 3; i++) {
         unsigned long long g = (unsigned long long)L.grid[i] * (unsigned int)self->scale[i];
         if (g > 0xFFFFFFFFull) goto done;
         L.grid[i] = (unsigned int)g;
@@ -267,8 +269,10 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     L.buffer = memory;
     void **params = (void **)(memory + pointers_at);
     for (Py_ssize_t i = 0; i < self->nparams; i++) params[i] = L.buffer + self->offsets[i];
-    for (Py_ssize_t i = 0; i < self->nops; i++)
-        if (lp_run_op(&L, &self->ops[i], args, nargs) != LP_OK) goto done;
+    for (Py_ssize_t i = 0; i < self->nops; i++) {
+        const Op *op = &self->ops[i];
+        if (lp_run_common_value(&L, op, args, nargs) != LP_OK && lp_run_op(&L, op, args, nargs) != LP_OK) goto done;
+    }
     LP_MARK(5);
     LP_UNMARK(6);
 

@@ -276,6 +276,7 @@ static PyObject *launcher_new(PyTypeObject *type, PyObject *t) {
         parse_dims(cluster, self->cluster, "cluster") < 0)
         goto fail;
     if (self->scale[0] == 0) self->scale[0] = self->scale[1] = self->scale[2] = 1;
+    self->scaled = self->scale[0] != 1 || self->scale[1] != 1 || self->scale[2] != 1;
     if (max_grid < 0) {
         PyErr_SetString(PyExc_ValueError, "bad max_grid in a launch plan");
         goto fail;

@@ -6,6 +6,7 @@
  * Like values.c, nothing here raises: a tensor it does not take is LP_FALLBACK, no exception set.
  */
 #include "claunch.h"
+#include "common_values.h"
 
 const DLPackExchangeAPI *lp_exchange_api(PyObject *tensor_type) {
     PyObject *capsule = PyObject_GetAttrString(tensor_type, "__dlpack_c_exchange_api__");
@@ -23,17 +24,8 @@ const DLPackExchangeAPI *lp_exchange_api(PyObject *tensor_type) {
     return api;
 }
 
-/* Only torch.Tensor and torch.nn.Parameter themselves: other subclasses (fake, functional,
- * distributed tensors) may have no storage of their own; the Python executor decides for them. */
-static int known_type(PyObject *tensor_types, PyObject *obj) {
-    PyObject *type = (PyObject *)Py_TYPE(obj);
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tensor_types); i++)
-        if (PyTuple_GET_ITEM(tensor_types, i) == type) return 1;
-    return 0;
-}
-
 int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, DLTensor *out) {
-    if (api == NULL || !known_type(tensor_types, obj)) return LP_FALLBACK;
+    if (api == NULL || !lp_known_tensor_type(tensor_types, obj)) return LP_FALLBACK;
     if (lp_torch_tensor(obj, out) == LP_OK) return LP_OK;
     if (api->dltensor_from_py_object_no_sync(obj, out) != 0) {
         PyErr_Clear();
@@ -45,7 +37,7 @@ int lp_read_tensor(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObjec
 int lp_read_pointer(const DLPackExchangeAPI *api, PyObject *tensor_types, PyObject *obj, uint64_t *address,
                     uint32_t *dtype, int *device) {
     DLTensor t;
-    if (api == NULL || !known_type(tensor_types, obj)) return LP_FALLBACK;
+    if (api == NULL || !lp_known_tensor_type(tensor_types, obj)) return LP_FALLBACK;
     if (lp_torch_pointer(obj, &t) != LP_OK && api->dltensor_from_py_object_no_sync(obj, &t) != 0) {
         PyErr_Clear();
         return LP_FALLBACK;

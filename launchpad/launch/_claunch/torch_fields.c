@@ -27,6 +27,7 @@
  * under the GIL. Nothing here raises on the launch path: a tensor it does not take is LP_FALLBACK.
  */
 #include "claunch.h"
+#include "common_values.h"
 
 #include <string.h>
 
@@ -76,8 +77,9 @@ static int listed(uint64_t v, const uint64_t *list, int n) {
 
 /* Fills ``out`` as torch's DLPack export would (the offset folded into ``data``; CPU device id 0), its
  * shape and strides pointing into the TensorImpl as the export's do; with ``dims`` 0 they are left NULL
- * and any rank is taken (a pointer argument needs none of them). */
-static int read_fields(const TorchFields *f, PyObject *obj, DLTensor *out, int dims) {
+ * and any rank is taken (a pointer argument needs none of them). Inlined into each reader: in
+ * lp_torch_address only what a pointer needs of it stays. */
+LP_ALWAYS_INLINE int read_fields(const TorchFields *f, PyObject *obj, DLTensor *out, int dims) {
     if (!f->set) return LP_FALLBACK;
     const char *o = (const char *)obj;
     for (uint32_t i = 0; i < f->nguard; i++)
@@ -117,6 +119,15 @@ static int read_fields(const TorchFields *f, PyObject *obj, DLTensor *out, int d
 int lp_torch_tensor(PyObject *obj, DLTensor *out) { return read_fields(&fields, obj, out, 1); }
 
 int lp_torch_pointer(PyObject *obj, DLTensor *out) { return read_fields(&fields, obj, out, 0); }
+
+int lp_torch_address(PyObject *obj, uint64_t *address, uint32_t *dtype, int *device) {
+    DLTensor t;
+    if (read_fields(&fields, obj, &t, 0) != LP_OK) return LP_FALLBACK;
+    *device = t.device.device_type == kDLCPU ? -1 : t.device.device_id;  /* read_fields: CPU or CUDA only */
+    *address = (uint64_t)(uintptr_t)t.data;
+    *dtype = lp_dtype_word(&t);
+    return LP_OK;
+}
 
 /* A uint64 tuple of at most ``max`` items into ``out``; -1 with an exception set otherwise. */
 static int parse_words(PyObject *seq, uint64_t *out, int max, int *n, const char *what) {

@@ -6,6 +6,7 @@
  * executor refuses, whose message is worded there.
  */
 #include "claunch.h"
+#include "common_values.h"
 
 #include <string.h>
 
@@ -49,21 +50,6 @@ static int pack_double(char *at, uint32_t size, double d, int kind) {
     }
 }
 
-static void store_u64(char *at, uint32_t size, uint64_t v) {
-    /* little-endian host (x86-64, aarch64): the low bytes first; each width its own store (a memcpy
-     * of a size known only at run time is a library call) */
-    uint8_t v8 = (uint8_t)v;
-    uint16_t v16 = (uint16_t)v;
-    uint32_t v32 = (uint32_t)v;
-    switch (size) {
-    case 8: memcpy(at, &v, 8); break;
-    case 4: memcpy(at, &v32, 4); break;
-    case 2: memcpy(at, &v16, 2); break;
-    case 1: memcpy(at, &v8, 1); break;
-    default: memcpy(at, &v, size); break;
-    }
-}
-
 /* An exact int (or bool, as struct takes it) into an integer slot of ``size`` bytes. */
 static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of) {
     if (!PyLong_Check(obj) || (!PyLong_CheckExact(obj) && !PyBool_Check(obj))) return LP_FALLBACK;
@@ -73,7 +59,7 @@ static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_
         if (v == (unsigned long long)-1 && PyErr_Occurred()) return fallback_clearing();
         if (bits < 64 && v >> bits) return LP_FALLBACK;
         if (multiple_of && !lp_multiple_u(v, (uint64_t)multiple_of)) return LP_FALLBACK;
-        store_u64(at, slot->size, v);
+        lp_store_u64(at, slot->size, v);
         return LP_OK;
     }
     long long v;
@@ -84,7 +70,7 @@ static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_
     }
     if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return LP_FALLBACK;
     if (multiple_of && !lp_multiple_s(v, multiple_of)) return LP_FALLBACK;
-    store_u64(at, slot->size, (uint64_t)v);
+    lp_store_u64(at, slot->size, (uint64_t)v);
     return LP_OK;
 }
 
@@ -151,7 +137,7 @@ static int pack_slot(Launch *L, const Slot *slot, PyObject *obj, uint32_t dtype,
     case SK_UNTYPED: {  /* only the size is known: an int's bits, a float at that width, a tensor */
         uint32_t bits = 8 * slot->size;
         if (PyBool_Check(obj)) {
-            store_u64(at, slot->size, obj == Py_True);
+            lp_store_u64(at, slot->size, obj == Py_True);
             return LP_OK;
         }
         if (PyLong_CheckExact(obj)) {
@@ -161,18 +147,18 @@ static int pack_slot(Launch *L, const Slot *slot, PyObject *obj, uint32_t dtype,
                 if (overflow > 0) {
                     unsigned long long u = PyLong_AsUnsignedLongLong(obj);
                     if (u == (unsigned long long)-1 && PyErr_Occurred()) return fallback_clearing();
-                    store_u64(at, 8, u);
+                    lp_store_u64(at, 8, u);
                     return LP_OK;
                 }
                 if (overflow < 0 || (v == -1 && PyErr_Occurred())) return fallback_clearing();
-                store_u64(at, 8, (uint64_t)v);
+                lp_store_u64(at, 8, (uint64_t)v);
                 return LP_OK;
             }
             int overflow = 0;
             long long v = PyLong_AsLongLongAndOverflow(obj, &overflow);
             if (overflow || (v == -1 && PyErr_Occurred())) return fallback_clearing();
             if (v < -(1LL << (bits - 1)) || v >= (1LL << bits)) return LP_FALLBACK;
-            store_u64(at, slot->size, (uint64_t)v);
+            lp_store_u64(at, slot->size, (uint64_t)v);
             return LP_OK;
         }
         if (PyFloat_CheckExact(obj)) {
