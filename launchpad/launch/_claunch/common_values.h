@@ -1,7 +1,7 @@
 /* The argument kinds most launches are made of, packed inline in lp_launch's loop (launcher.c)
- * with values.c's own checks: a plain torch tensor into a pointer slot, read from torch's fields,
- * a one-digit int into a signed integer slot, and Triton's empty scratch pointers. What they do
- * not take (None, a raw address, a bool, a tensor the fields do not read, a wrong dtype, device
+ * with values.c's own checks (the two helpers below, which values.c calls too): a plain torch
+ * tensor into a pointer slot, read from torch's fields, a one-digit int into a signed integer
+ * slot, and Triton's empty scratch pointers. What they do not take (None, a raw address, a bool, a tensor the fields do not read, a wrong dtype, device
  * or alignment, a broken promise) goes to lp_run_op, which reads it again and decides: they
  * change no result, only what an argument costs (a tensor went through five nested calls, ~170
  * instructions, before its read).
@@ -42,6 +42,21 @@ static inline void lp_store_u64(char *at, uint32_t size, uint64_t v) {
     }
 }
 
+/* What a tensor in a pointer slot must be, read as lp_read_pointer or lp_torch_address gives it: on
+ * the launch's device (-1: the CPU, where CPU tests launch) and of the slot's dtype, where it has one.
+ * values.c's pack_pointer and the inline path below both ask this, so the two cannot drift apart. */
+static inline int lp_tensor_fits(const Launch *L, uint32_t word, int device, uint32_t dtype) {
+    return device == (L->device < 0 ? -1 : L->device) && (!dtype || word == dtype);
+}
+
+/* What a signed integer slot of ``size`` bytes takes: a value within its width, a multiple of
+ * ``multiple_of`` where the kernel was promised one (pack_int and the inline path below). */
+static inline int lp_signed_fits(long long v, uint32_t size, int64_t multiple_of) {
+    uint32_t bits = 8 * size;
+    if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return 0;
+    return !multiple_of || lp_multiple_s(v, multiple_of);
+}
+
 /* LP_OK with the slot written, or LP_FALLBACK with nothing written (no exception set). Also a
  * scratch pointer of no size (Triton's unused global and profile scratch): NULL, as run_scratch. */
 static inline int lp_run_common_value(Launch *L, const Op *op, PyObject *const *args, Py_ssize_t nargs) {
@@ -59,18 +74,15 @@ static inline int lp_run_common_value(Launch *L, const Op *op, PyObject *const *
         uint32_t word;
         int device;
         if (L->self->api == NULL || !lp_known_tensor_type(L->self->tensor_types, v) ||
-            lp_torch_address(v, &address, &word, &device) != LP_OK || device != (L->device < 0 ? -1 : L->device) ||
-            (op->dtype && word != op->dtype) || (op->align && !lp_multiple_u(address, (uint64_t)op->align)))
+            lp_torch_address(v, &address, &word, &device) != LP_OK || !lp_tensor_fits(L, word, device, op->dtype) ||
+            (op->align && !lp_multiple_u(address, (uint64_t)op->align)))
             return LP_FALLBACK;
         memcpy(at, &address, 8);
         return LP_OK;
     }
     if (slot->kind == SK_INT && PyLong_CheckExact(v)) {  /* pack_int's signed branch, one digit */
         long long x;
-        uint32_t bits = 8 * slot->size;
-        if (!lp_compact_int(v, &x) || (bits < 64 && (x < -(1LL << (bits - 1)) || x >= (1LL << (bits - 1)))) ||
-            (op->multiple_of && !lp_multiple_s(x, op->multiple_of)))
-            return LP_FALLBACK;
+        if (!lp_compact_int(v, &x) || !lp_signed_fits(x, slot->size, op->multiple_of)) return LP_FALLBACK;
         lp_store_u64(at, slot->size, (uint64_t)x);
         return LP_OK;
     }

@@ -53,8 +53,8 @@ static int pack_double(char *at, uint32_t size, double d, int kind) {
 /* An exact int (or bool, as struct takes it) into an integer slot of ``size`` bytes. */
 static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_of) {
     if (!PyLong_Check(obj) || (!PyLong_CheckExact(obj) && !PyBool_Check(obj))) return LP_FALLBACK;
-    uint32_t bits = 8 * slot->size;
     if (slot->kind == SK_UINT) {
+        uint32_t bits = 8 * slot->size;
         unsigned long long v = PyLong_AsUnsignedLongLong(obj);
         if (v == (unsigned long long)-1 && PyErr_Occurred()) return fallback_clearing();
         if (bits < 64 && v >> bits) return LP_FALLBACK;
@@ -68,8 +68,7 @@ static int pack_int(char *at, const Slot *slot, PyObject *obj, int64_t multiple_
         v = PyLong_AsLongLongAndOverflow(obj, &overflow);
         if (overflow || (v == -1 && PyErr_Occurred())) return fallback_clearing();
     }
-    if (bits < 64 && (v < -(1LL << (bits - 1)) || v >= (1LL << (bits - 1)))) return LP_FALLBACK;
-    if (multiple_of && !lp_multiple_s(v, multiple_of)) return LP_FALLBACK;
+    if (!lp_signed_fits(v, slot->size, multiple_of)) return LP_FALLBACK;
     lp_store_u64(at, slot->size, (uint64_t)v);
     return LP_OK;
 }
@@ -86,7 +85,7 @@ static int pack_pointer(Launch *L, char *at, PyObject *obj, uint32_t dtype, int6
         uint32_t word;
         int device;
         if (lp_read_pointer(L->self->api, L->self->tensor_types, obj, &address, &word, &device) != LP_OK ||
-            device != (L->device < 0 ? -1 : L->device) || (dtype && word != dtype))
+            !lp_tensor_fits(L, word, device, dtype))
             return LP_FALLBACK;
     }
     if (align && !lp_multiple_u(address, (uint64_t)align)) return LP_FALLBACK;
