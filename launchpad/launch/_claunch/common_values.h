@@ -1,10 +1,10 @@
 /* The argument kinds most launches are made of, packed inline in lp_launch's loop (launcher.c)
  * with values.c's own checks (the two helpers below, which values.c calls too): a plain torch
  * tensor into a pointer slot, read from torch's fields, a one-digit int into a signed integer
- * slot, and Triton's empty scratch pointers. What they do not take (None, a raw address, a bool, a tensor the fields do not read, a wrong dtype, device
- * or alignment, a broken promise) goes to lp_run_op, which reads it again and decides: they
- * change no result, only what an argument costs (a tensor went through five nested calls, ~170
- * instructions, before its read).
+ * slot, and Triton's empty scratch pointers. What they do not take (None, a raw address, a bool,
+ * a tensor the fields do not read, a wrong dtype, device or alignment, a broken promise) goes to
+ * lp_run_op, which reads it again and decides: they change no result, only what an argument costs
+ * (a tensor went through five nested calls, ~170 instructions, before its read).
  */
 #ifndef LP_COMMON_VALUES_H
 #define LP_COMMON_VALUES_H
