@@ -1,4 +1,5 @@
-"""Recorded steps on two GPUs, one scenario per torchrun (``tests/test_sequence_distributed_gpu.py`` runs them)::
+"""Recorded steps under torchrun, one scenario per run (``tests/test_sequence_distributed_gpu.py`` runs
+them on one rank and on two)::
 
     NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc-per-node=2 tests/distributed_steps.py ddp
 
@@ -155,7 +156,10 @@ def check_reduced(seq) -> None:
 def teardown() -> None:
     seq = lp.record(reduced, torch.ones(1024, device="cuda"))
     check_reduced(seq)
-    assert seq in _distributed._LIVE, "a sequence holding NCCL work is not tracked"
+    tracked = seq in _distributed._LIVE
+    # (on one rank NCCL launches no kernel for an in-place all-reduce: nothing to track or to wait on)
+    assert tracked or dist.get_world_size() == 1, "a sequence holding NCCL work is not tracked"
+    print(f"rank {RANK}: teardown with a live sequence, {'tracked' if tracked else 'no NCCL kernel in it'}", flush=True)
     globals()["kept_alive"] = seq  # (alive at destroy_process_group: launchpad must close it)
 
 
