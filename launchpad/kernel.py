@@ -27,6 +27,7 @@ from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
 from .errors import ArgumentError, ArgumentTypeError, BinaryError, MissingFileError, NoDeviceError
 from .launch import executor as _executor
 from .launch.checks import Context
+from .launch.refusals import MISSING, Fail
 from .launch.traced import TRACED, BoundLaunch, LaunchFunction, Traced, dynamo_compiling, launch_first, new_key
 
 __all__ = ["KERNEL_TYPES", "Kernel", "from_image", "load", "load_cubin"]
@@ -244,7 +245,7 @@ class Kernel:
             options["shared_mem"] = config[3]
         return config[0], config[1], options
 
-    def bind(self, grid: Any, block: Any, *args: Any, **options: Any) -> Callable[..., None]:
+    def bind(self, grid: Any = MISSING, block: Any = MISSING, *args: Any, **options: Any) -> Callable[..., None]:
         """Validate and pack one launch now; return a function that repeats it.
 
         The returned ``bound()`` issues exactly that launch (same arguments, grid, block, shared
@@ -254,6 +255,8 @@ class Kernel:
         compiled by ``torch.compile``, it is traced as :meth:`launch` with the bound arguments,
         on torch's current stream then (binding with ``stream=`` is refused there).
         """
+        if grid is MISSING or block is MISSING:
+            Fail.no_config(self.display_name, self.spec, grid, block, "bind")
         bound = self._executor.bind(self, grid, block, args, options)
         # (launch_first, as Kernel.launch: in eager one C call more; Dynamo traces its stand-in)
         return types.MethodType(launch_first, (bound, BoundLaunch(self._traced, grid, block, args, options)))

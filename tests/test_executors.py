@@ -320,7 +320,7 @@ def test_tracebacks_show_the_generated_launch_functions_lines(fake_gpu):
     generated = [f for f in frames if f.filename.startswith("<launchpad scale #")]
     assert generated and all(f.line for f in generated), [f.filename for f in frames]  # lines to show
     source = "".join(linecache.getlines(generated[0].filename))
-    assert source.startswith("def launch(grid, block, out=_M, alpha=_M, n=_M,")  # the kernel's own names
+    assert source.startswith("def launch(grid=_M, block=_M, out=_M, alpha=_M, n=_M,")  # the kernel's own names
     assert any("n" in f.line for f in generated)  # the refused argument's line
 
 

@@ -107,6 +107,105 @@ def test_compile_cuda_with_source_and_name_swapped():
         lp.compile_cuda_module(SOURCE, "fill", arch="sm_90")
 
 
+@pytest.mark.parametrize(("given", "words"), [
+    ({"options": "-lineinfo"}, "options takes a list, got the str '-lineinfo' alone: write ['-lineinfo']"),
+    ({"include_dirs": "/opt/include"}, "include_dirs takes a list, got the str '/opt/include' alone: write "
+                                       "['/opt/include']"),
+    ({"include_dirs": Path("/opt/include")}, "include_dirs takes a list, got the PosixPath"),
+    ({"options": ["-lineinfo", 3]}, "options takes strings, got int 3 among them"),
+    ({"options": 3}, "options takes a list of strings, got int 3"),
+    ({"defines": ["N=4"]}, "defines takes a mapping of macro names to values ({'N': 4}"),
+])  # fmt: skip
+def test_compile_flags_given_as_one_string_are_refused_before_nvrtc(given, words):
+    """A string iterated would hand NVRTC each character as a flag or an include directory."""
+    if isinstance(given.get("include_dirs"), Path) and sys.platform == "win32":
+        pytest.skip("a WindowsPath")
+    with pytest.raises(TypeError) as e:
+        lp.compile_cuda(SOURCE, "fill", arch="sm_90", **given)
+    assert isinstance(e.value, lp.ArgumentTypeError)
+    assert str(e.value).startswith("kernel 'fill': ") and words in str(e.value)
+
+
+def test_compile_flags_as_lists_still_compile(tmp_path):
+    k = lp.compile_cuda(SOURCE, "fill", arch="sm_90", options=("-lineinfo",), include_dirs=[tmp_path],
+                        defines={"N": 4, "BARE": None})  # fmt: skip
+    assert k.name == "fill"
+    with pytest.raises(lp.ArgumentTypeError, match=r"device code \(ltoir\): options takes a list"):
+        from launchpad.core.toolchain import compile_object
+
+        compile_object(SOURCE, arch="sm_90", options="-lineinfo")
+
+
+@pytest.mark.parametrize("call", ["launch", "bind"])
+def test_a_launch_without_its_grid_or_block_names_the_kernel_and_the_order(call, fake_gpu):
+    k = fake_gpu.install(lp.compile_cuda(SOURCE, "fill", arch="sm_90"))
+    head = f"kernel 'fill': {call}(grid, block, *args) was called without the "
+    tail = "it takes the grid, the block, then the kernel's arguments (y, v, n); or write kernel[grid, block](*args)"
+    with pytest.raises(TypeError) as e:
+        getattr(k, call)(1)
+    assert isinstance(e.value, lp.ArgumentTypeError) and str(e.value) == head + "block: " + tail
+    with pytest.raises(lp.ArgumentTypeError) as e:
+        getattr(k, call)()
+    assert str(e.value) == head + "grid and the block: " + tail
+    if call == "launch":
+        with pytest.raises(lp.ArgumentTypeError, match=r"launch\(grid, block, \*args\) was called without the grid"):
+            k.launch(block=32, y=torch.empty(4), v=1.0, n=4)
+        # the block left out, the first argument taken for it: the count's message says so
+        with pytest.raises(lp.ArgumentTypeError) as e:
+            k.launch(1, torch.empty(4), 1.0, 4)
+        assert "takes 3 arguments (y, v, n), got 2" in str(e.value)
+        assert "the block given is a Tensor: was it left out?" in str(e.value)
+    assert not fake_gpu.launches
+
+
+def test_a_kernel_without_arguments_says_it_takes_none(fake_gpu):
+    k = fake_gpu.install(lp.compile_cuda('extern "C" __global__ void none() { }', "none", arch="sm_90"))
+    with pytest.raises(lp.ArgumentTypeError, match=r"the block, and no arguments; or write kernel\[grid, block\]"):
+        k.launch(1)
+    k.launch(1, 32)
+    assert len(fake_gpu.launches) == 1
+
+
+def test_a_triton_kernel_without_its_block_says_none_takes_its_own(fake_gpu):
+    triton = pytest.importorskip("triton")
+    from triton.backends.compiler import GPUTarget
+    from triton_kernels import add_kernel
+
+    signature = {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "BLOCK": "constexpr"}
+    source = triton.compiler.ASTSource(add_kernel, signature=signature, constexprs={"BLOCK": 128})
+    k = fake_gpu.install(lp.from_triton(triton.compile(source, target=GPUTarget("cuda", 90, 32))))
+    with pytest.raises(lp.ArgumentTypeError) as e:
+        k.launch(1)
+    assert str(e.value) == (
+        "kernel 'add_kernel': launch(grid, block, *args) was called without the block: it takes the grid, the "
+        "block (None: the kernel's own, (128, 1, 1)), then the kernel's arguments (x_ptr, y_ptr, out_ptr, n); "
+        "or write kernel[grid, block](*args)"
+    )
+    x = torch.randn(8)
+    k.launch(1, None, x, x, x, 8)
+    assert len(fake_gpu.launches) == 1
+
+
+def test_a_front_end_given_what_it_does_not_take():
+    """A plain function to from_triton, a number to from_numba: launchpad's TypeError, saying what to do."""
+    pytest.importorskip("triton")
+
+    def add(x, y):
+        pass
+
+    with pytest.raises(TypeError) as e:
+        lp.from_triton(add)
+    assert isinstance(e.value, lp.ArgumentTypeError)
+    assert str(e.value) == ("from_triton takes a @triton.jit function or a CompiledKernel, got the plain function "
+                            "'add': decorate it with @triton.jit")  # fmt: skip
+    with pytest.raises(lp.ArgumentTypeError, match=r"a CompiledKernel, got str 'add'$"):
+        lp.from_triton("add")
+    pytest.importorskip("numba.cuda")
+    with pytest.raises(lp.ArgumentTypeError, match=r"^from_numba takes a Python function \(plain, or decorated "
+                                                   r"with @cuda.jit\), got int 3$"):  # fmt: skip
+        lp.from_numba(3, "void()", arch="sm_90")
+
+
 @pytest.mark.parametrize("arch", ["sm_95", "95", 95, "9.5", "compute_95"])
 def test_an_architecture_no_gpu_has(arch):
     with pytest.raises(lp.ArgumentError) as e:

@@ -276,7 +276,8 @@ def test_from_jit_function_errors():
             constexprs={"BLOCK": 64},
             target=SM90,
         )
-    with pytest.raises(launchpad.ArgumentError, match=r"expected a @triton\.jit function or a CompiledKernel"):
+    with pytest.raises(launchpad.ArgumentTypeError, match=r"from_triton takes a @triton\.jit function or a "
+                                                          r"CompiledKernel, got the plain function '<lambda>'"):  # fmt: skip
         launchpad.from_triton(lambda: None, target=SM90)
 
 

@@ -106,6 +106,23 @@ def test_hooks_on_kernels_and_artifacts(env, tmp_path):
     assert env.fake.launches[-1].params[-len(NULL_SCRATCH) :] == list(NULL_SCRATCH)
 
 
+def test_hooks_around_a_launch_with_its_grid_and_block_by_name(env):
+    """``kernel.launch(grid=..., block=..., ...)`` takes the Python executor's binder: the hooks are
+    called around it as around a positional launch, the launch_metadata with the arguments given by
+    name; a launch without its block is refused, naming the kernel, and calls no hook."""
+    compiled = launchpad.triton_launcher(profiled_add, target=SM90).warmup(aligned(64), aligned(64), aligned(64), 64,
+                                                                            BLOCK=64)  # fmt: skip
+    x = aligned(64)
+    with hooks(recorder("enter"), recorder("exit")):
+        compiled.launch(grid=(1,), block=None, x_ptr=x, y_ptr=x, out_ptr=x, n=64)
+        with pytest.raises(launchpad.ArgumentTypeError, match=r"'profiled_add': launch.* without the block"):
+            compiled.launch((1,))
+    # the JIT function's launch_metadata saw the arguments given by name (n among them)
+    names = [(tag, data["name"]) for tag, data in (s for s in SEEN if s[0] != "launch_metadata")]
+    assert names == [("enter", "add n=64"), ("exit", "add n=64")]
+    assert len(env.fake.launches) == 1
+
+
 def test_a_failing_enter_hook_stops_the_launch(env):
     def refuse(metadata):
         raise RuntimeError("profiler full")

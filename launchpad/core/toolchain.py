@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import DISTRIBUTION, BinaryError, CompileError
+from ..errors import DISTRIBUTION, ArgumentTypeError, BinaryError, CompileError
 from . import cache as _cache
 from . import driver as _driver
 from .arch import resolve_arch  # the front ends resolve arch= here, where they compile
@@ -171,18 +171,39 @@ def _program_options(arch: str, std: str, defines: Mapping[str, Any] | None, inc
     return opts
 
 
+def _listed(items: Iterable[str | Path], argument: str, what: str) -> list[str]:
+    """``items`` as a list of strings. One string or path alone is refused: iterating a string would
+    hand NVRTC each of its characters as a flag or a directory."""
+    if isinstance(items, (str, bytes, Path)):
+        raise ArgumentTypeError(f"{what}: {argument} takes a list, got the {type(items).__name__} {items!r} alone: "
+                                f"write [{str(items)!r}]")  # fmt: skip
+    try:
+        listed = list(items)
+    except TypeError:
+        raise ArgumentTypeError(f"{what}: {argument} takes a list of strings, got {type(items).__name__} "
+                                f"{items!r}") from None  # fmt: skip
+    for item in listed:
+        if not isinstance(item, (str, Path)):
+            raise ArgumentTypeError(f"{what}: {argument} takes strings, got {type(item).__name__} {item!r} among "
+                                    f"them")  # fmt: skip
+    return [str(item) for item in listed]
+
+
 def compile_program(source: str, names: Sequence[str], output: str, arch: str, std: str, defines: Mapping[str, Any] | None,
-             include_dirs: Iterable[str], options: Iterable[str], **fields: Any) -> tuple[bytes, dict[str, str]]:  # fmt: skip
+             include_dirs: Iterable[str | Path], options: Iterable[str], **fields: Any) -> tuple[bytes, dict[str, str]]:  # fmt: skip
     """Compile (or fetch from the cache) ``source``; return the binary and name -> symbol."""
-    include_dirs, options = list(map(str, include_dirs)), list(options)
-    key = _cache.cache_key(
-        "nvrtc", _nvrtc_version(), source, list(names), output, arch, std, defines, include_dirs, options, fields
-    )
     shown = [n for n in names if not n.startswith(TYPE_PROBE)]  # the type probes are launchpad's, not the user's
     what = (
         f"kernel{'s' if len(shown) > 1 else ''} {', '.join(map(repr, shown))}" if shown else f"device code ({output})"
     )
+    include_dirs, options = _listed(include_dirs, "include_dirs", what), _listed(options, "options", what)
+    if defines is not None and not isinstance(defines, Mapping):
+        raise ArgumentTypeError(f"{what}: defines takes a mapping of macro names to values ({{'N': 4}}; None "
+                                f"defines the name bare), got {type(defines).__name__} {defines!r}")  # fmt: skip
     what += f" for {arch}"
+    key = _cache.cache_key(
+        "nvrtc", _nvrtc_version(), source, list(names), output, arch, std, defines, include_dirs, options, fields
+    )
     hit = _cache.get(key, what)
     if hit is not None:
         return hit[1], hit[0]["symbols"]
@@ -222,7 +243,7 @@ def compile_object(
     fields: dict[str, Any] = {"relocatable_device_code": True}
     if output == "ltoir":
         fields["link_time_optimization"] = True
-    code, _ = compile_program(source, [], output, arch, std, defines, [str(d) for d in include_dirs], options, **fields)
+    code, _ = compile_program(source, [], output, arch, std, defines, include_dirs, options, **fields)
     return ObjectCode.from_ltoir(code) if output == "ltoir" else ObjectCode.from_ptx(code)
 
 

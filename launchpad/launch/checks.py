@@ -27,6 +27,7 @@ from .describe import describe, host_array
 
 __all__ = [
     "CONVERTERS",
+    "MISSING",
     "Context",
     "RawStream",
     "bf16_bits",
@@ -40,6 +41,9 @@ __all__ = [
     "stream_of",
     "wrapped_int",
 ]
+
+#: The default of every generated launch function's parameter: an argument that was not given.
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 
 NO_CUDA = "this torch build has no CUDA support; launching needs a CUDA build of torch and a GPU"
 
@@ -337,6 +341,11 @@ def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
                 raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
             t = (*(index(v) for v in items), 1, 1)
     except TypeError:
+        if value is MISSING:  # (launch(block=..., ...): the grid left out)
+            raise ArgumentTypeError(
+                f"kernel {ctx.kernel_name!r}: launch(grid, block, *args) was called without the {what}: it takes "
+                "the grid, the block, then the kernel's arguments; or write kernel[grid, block](*args)"
+            ) from None
         raise ArgumentTypeError(
             f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {describe(value)}"
         ) from None

@@ -171,7 +171,9 @@ def _binder(spec: KernelSpec, ctx: Context, full: Callable[..., Any]) -> Callabl
     position = {n: i for i, n in enumerate(names)}
     count = len(names)
 
-    def launch(grid: Any, block: Any, *args: Any, **kw: Any) -> Any:
+    def launch(grid: Any = MISSING, block: Any = MISSING, *args: Any, **kw: Any) -> Any:
+        if grid is MISSING or block is MISSING:
+            Fail.no_config(ctx.kernel_name, spec, grid, block, "launch")
         if not kw:
             return full(grid, block, *args)
         values = list(args) + [MISSING] * (count - len(args))
@@ -204,7 +206,9 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         a.path[0] for a in args if a.path and a.kind != "const"
     }
     required = [n for i, n in enumerate(names) if i not in const_only]
-    signature = ", ".join(["grid", "block", *(n + "=_M" for n in names), "*_extra"])
+    # (the fast function's grid and block default to _M: a call without them reaches the binder's message)
+    signature = ", ".join(["grid=_M" if fast else "grid", "block=_M" if fast else "block",
+                           *(n + "=_M" for n in names), "*_extra"])  # fmt: skip
     arglist = ", ".join(names)
     given = f"({arglist}{',' if len(names) == 1 else ''})"
     # no device (torch without CUDA, or without a GPU): what can be checked without one is, before
@@ -217,7 +221,7 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         if plan.max_grid:
             w.emit(limit)
         # keywords, a wrong count and zero-sized grids all go the general way
-        missing = "".join(f" or {n} is _M" for n in required[-1:])
+        missing = "".join(f" or {n} is _M" for n in required[-1:]) or " or block is _M"
         w.emit(f"if _kw or _extra{missing}: return _full(grid, block, {arglist}{', ' if names else ''}*_extra, **_kw)")
         w.emit("try: _dev = _get_device()")
         w.emit(offline)
@@ -229,7 +233,7 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         if plan.max_grid:
             w.emit(limit)
         absent = " or ".join(f"{n} is _M" for n in required)
-        w.emit(f"if _extra{' or ' + absent if absent else ''}: _fail.count(_ctx, {given}, _extra)")
+        w.emit(f"if _extra{' or ' + absent if absent else ''}: _fail.count(_ctx, {given}, _extra, block)")
         w.emit("if stream is None:")
         w.emit("try: _dev = _get_device()", 2)
         w.emit(offline, 2)

@@ -8,23 +8,22 @@ import numbers
 import struct
 from typing import Any
 
+import torch
+
 from ..core.params import Param
-from ..core.spec import Arg, LaunchPlan
+from ..core.spec import Arg, KernelSpec, LaunchPlan
 from ..errors import ArgumentError, ArgumentTypeError
 from . import checks as _checks
-from .checks import Context
+from .checks import MISSING, Context
 
 __all__ = ["MISSING", "Fail"]
-
-#: The default of every generated launch function's parameter: an argument that was not given.
-MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<missing>"})()
 
 
 class Fail:
     """Diagnoses, off the hot path; each raises an ``ArgumentError`` naming what was wrong."""
 
     @staticmethod
-    def count(ctx: Context, given: tuple, extra: tuple) -> None:
+    def count(ctx: Context, given: tuple, extra: tuple, block: Any = None) -> None:
         by_position = {a.path[0]: a for a in ctx.args if a.path}
         names = [by_position[i].name for i in range(len(given))]
         optional = {a.path[0] for a in ctx.args if a.path and a.kind == "const"} - {
@@ -34,7 +33,28 @@ class Fail:
         listed = f" ({', '.join(names)})" if all(names) and names else ""
         missing = [name for i, (name, v) in enumerate(zip(names, given)) if v is MISSING and i not in optional]
         detail = f"; missing: {', '.join(missing)}" if listed and missing and not extra else ""
+        if isinstance(block, torch.Tensor) or hasattr(block, "__cuda_array_interface__"):
+            detail += (f"; the block given is a {type(block).__name__}: was it left out? launch(grid, block, *args) "
+                       "takes the block second (None: the kernel's own, for a kernel with a fixed block)")  # fmt: skip
         raise ArgumentTypeError(f"kernel {ctx.kernel_name!r} takes {len(given)} arguments{listed}, got {n}{detail}")
+
+    @staticmethod
+    def no_config(name: str, spec: KernelSpec, grid: Any, block: Any, call: str) -> None:
+        """Refuse ``launch`` or ``bind`` called without its grid or its block (Python's own TypeError
+        would name neither the kernel nor what comes first). The arguments listed are those to give:
+        not a constexpr the binary fixed (Triton's ``BLOCK``), which may be left out."""
+        args, fixed = spec.args, spec.plan.block
+        const_only = {a.path[0] for a in args if a.path and a.kind == "const"} - {
+            a.path[0] for a in args if a.path and a.kind != "const"
+        }
+        arg_names = [n for i, n in enumerate(spec.arg_names) if i not in const_only]
+        lacks = " and ".join(w for w, v in (("the grid", grid), ("the block", block)) if v is MISSING)
+        own = f" (None: the kernel's own, {fixed})" if fixed else ""
+        takes = f"then the kernel's arguments ({', '.join(arg_names)})" if arg_names else "and no arguments"
+        raise ArgumentTypeError(
+            f"kernel {name!r}: {call}(grid, block, *args) was called without {lacks}: it takes the grid, the "
+            f"block{own}, {takes}; or write kernel[grid, block](*args)"
+        )
 
     @staticmethod
     def block(ctx: Context, block: Any, max_threads: int) -> None:

@@ -138,6 +138,9 @@ def _numpy_row_stack_alias() -> Iterator[None]:
 def numba_spec(fn: Any, signature: Any, arch: Any, lto: bool, link: Iterable[Any]) -> KernelSpec:
     """The finished spec of a Numba kernel (see :func:`from_numba`)."""
     pyfunc = getattr(fn, "py_func", fn)
+    if not callable(pyfunc) or not hasattr(pyfunc, "__code__"):  # (Numba's own error names nothing of ours)
+        raise ArgumentTypeError(f"from_numba takes a Python function (plain, or decorated with @cuda.jit), got "
+                                f"{type(fn).__name__} {fn!r:.80}")  # fmt: skip
     target_options = dict(getattr(fn, "targetoptions", None) or {})
     if target_options.get("device"):
         raise ArgumentTypeError(f"{pyfunc.__name__!r} is a device function (device=True), not a kernel")

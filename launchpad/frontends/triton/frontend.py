@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...core.spec import KernelSpec
-from ...errors import ArgumentError, CompileError, LaunchpadError, NoDeviceError
+from ...errors import ArgumentError, ArgumentTypeError, CompileError, LaunchpadError, NoDeviceError
 from ...kernel import Kernel
 from .cache_folder import ttir_leaves
 from .spec import Leaf, build_spec, divisible16, jsonable, with_writes
@@ -201,7 +201,9 @@ def _compile_jit(
     from triton.compiler import make_backend
 
     if not hasattr(jit_fn, "arg_names") or not hasattr(jit_fn, "params"):
-        raise ArgumentError(f"expected a @triton.jit function or a CompiledKernel, got {type(jit_fn).__name__}")
+        got = (f"the plain function {jit_fn.__name__!r}: decorate it with @triton.jit" if hasattr(jit_fn, "__code__")
+               else f"{type(jit_fn).__name__} {jit_fn!r:.80}")  # fmt: skip
+        raise ArgumentTypeError(f"from_triton takes a @triton.jit function or a CompiledKernel, got {got}")
     constexprs = dict(constexprs or {})
     for p in jit_fn.params:  # constexpr arguments left out take their defaults, as at a launch
         if p.is_constexpr and p.name not in constexprs:

@@ -47,7 +47,7 @@ class TritonHooks:
         set_ = [h is not None and (not isinstance(getattr(h, "calls", None), list) or h.calls) for h in found]
         return (found[0], found[1]) if any(set_) else None
 
-    def metadata(self, grid: Any, args: tuple, stream: Any, devices: Any) -> Any:
+    def metadata(self, grid: Any, args: tuple, stream: Any, devices: Any, named_args: dict | None = None) -> Any:
         from triton.compiler.compiler import LazyDict
 
         device = devices.current_device()
@@ -61,21 +61,23 @@ class TritonHooks:
             # the grid as the caller gave it (Triton passes its launch_metadata the tuple unpadded)
             grid = grid if isinstance(grid, tuple) else (grid,) if isinstance(grid, int) else tuple(grid)
             named = dict(zip(self.arg_names, args))
+            named.update({k: v for k, v in (named_args or {}).items() if k in self.arg_names})  # those given by name
             data.add(self.launch_metadata, (grid, types.SimpleNamespace(**self.spec.metadata), named))
         return data
 
     def wrap(self, launch: Any, devices: Any) -> Any:
         """``launch`` with the hooks called around it whenever they are set."""
 
-        def hooked(grid: Any, block: Any, *args: Any, **kw: Any) -> None:
+        def hooked(*call: Any, **kw: Any) -> None:
             found = self.hooks()
-            if found is None:
-                return launch(grid, block, *args, **kw)
+            grid = call[0] if call else kw.get("grid")
+            if found is None or grid is None or (len(call) < 2 and "block" not in kw):
+                return launch(*call, **kw)  # (no grid or block: the launch refuses it, naming the kernel)
             enter, exit_ = found
-            metadata = self.metadata(grid, args, kw.get("stream"), devices)
+            metadata = self.metadata(grid, call[2:], kw.get("stream"), devices, kw)
             if enter is not None:
                 enter(metadata)
-            launch(grid, block, *args, **kw)
+            launch(*call, **kw)
             if exit_ is not None:
                 exit_(metadata)
 
