@@ -256,7 +256,7 @@ class Kernel:
         on torch's current stream then (binding with ``stream=`` is refused there).
         """
         if grid is MISSING or block is MISSING:
-            Fail.no_config(self.display_name, self.spec, grid, block, "bind")
+            Fail.no_config(self._context, self.spec.plan, grid, block, "bind")
         bound = self._executor.bind(self, grid, block, args, options)
         # (launch_first, as Kernel.launch: in eager one C call more; Dynamo traces its stand-in)
         return types.MethodType(launch_first, (bound, BoundLaunch(self._traced, grid, block, args, options)))

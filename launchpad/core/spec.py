@@ -21,7 +21,16 @@ from ..errors import BinaryError, OutOfResources
 from .binary import MAX_PARAM_BYTES, kernels_in_image
 from .params import Param, apply_signature, layout_from_signature, parse_signature
 
-__all__ = ["Arg", "KernelSpec", "LaunchPlan", "ModuleCallbacks", "plain_args", "spec_from_image"]
+__all__ = [
+    "Arg",
+    "KernelSpec",
+    "LaunchPlan",
+    "ModuleCallbacks",
+    "constexpr_positions",
+    "names_by_position",
+    "plain_args",
+    "spec_from_image",
+]
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,22 @@ class Arg:
         d["path"] = tuple(d.get("path", ()))
         d["params"] = tuple(d.get("params", ()))
         return cls(**d)
+
+
+def names_by_position(args: Sequence[Arg]) -> tuple[str, ...]:
+    """The name of each argument of a launch, by position (``arg3`` where the front end knows none)."""
+    names = [f"arg{i}" for i in range(1 + max((a.path[0] for a in args if a.path), default=-1))]
+    for a in args:
+        if a.path and a.name:  # every part of a tuple argument carries the argument's name
+            names[a.path[0]] = a.name
+    return tuple(names)
+
+
+def constexpr_positions(args: Sequence[Arg]) -> frozenset[int]:
+    """The positions that hold only constexprs the binary fixed (Triton's ``BLOCK``): a launch may
+    leave them out (or give the value compiled), and a message that lists what to give omits them."""
+    fixed = {a.path[0] for a in args if a.path and a.kind == "const"}
+    return frozenset(fixed - {a.path[0] for a in args if a.path and a.kind != "const"})
 
 
 def plain_args(params: tuple[Param, ...] | list[Param]) -> tuple[Arg, ...]:
@@ -232,11 +257,7 @@ class KernelSpec:
     @property
     def arg_names(self) -> tuple[str, ...]:
         """The name of each argument, by position (``arg3`` where the front end knows none)."""
-        names = [f"arg{i}" for i in range(self.arg_count)]
-        for a in self.args:
-            if a.path and a.name:  # every part of a tuple argument carries the argument's name
-                names[a.path[0]] = a.name
-        return tuple(names)
+        return names_by_position(self.args)
 
     def replace(self, **changes: Any) -> KernelSpec:
         return replace(self, **changes)

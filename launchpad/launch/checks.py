@@ -23,7 +23,7 @@ from ..core import driver as _driver
 from ..core.params import Param
 from ..core.spec import Arg
 from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
-from .describe import describe, host_array
+from .describe import describe, host_array, no_config
 
 __all__ = [
     "CONVERTERS",
@@ -35,6 +35,7 @@ __all__ = [
     "describe",
     "dims",
     "host_array",
+    "no_config",
     "no_device",
     "pointer_of",
     "same_value",
@@ -341,11 +342,8 @@ def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
                 raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
             t = (*(index(v) for v in items), 1, 1)
     except TypeError:
-        if value is MISSING:  # (launch(block=..., ...): the grid left out)
-            raise ArgumentTypeError(
-                f"kernel {ctx.kernel_name!r}: launch(grid, block, *args) was called without the {what}: it takes "
-                "the grid, the block, then the kernel's arguments; or write kernel[grid, block](*args)"
-            ) from None
+        if value is MISSING:  # (launch(block=..., ...): the grid left out, the block given by name)
+            raise no_config(ctx, f"the {what}", "launch") from None
         raise ArgumentTypeError(
             f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {describe(value)}"
         ) from None

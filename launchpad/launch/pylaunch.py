@@ -40,7 +40,7 @@ import torch
 from ..core import driver as _driver
 from ..core.loader import E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT
 from ..core.params import POINTER_DTYPES, Param, parameter_block, struct_format
-from ..core.spec import Arg, KernelSpec
+from ..core.spec import Arg, KernelSpec, constexpr_positions
 from ..errors import ArgumentTypeError, CudaError
 from . import checks as _checks
 from . import memory as _memory
@@ -173,7 +173,7 @@ def _binder(spec: KernelSpec, ctx: Context, full: Callable[..., Any]) -> Callabl
 
     def launch(grid: Any = MISSING, block: Any = MISSING, *args: Any, **kw: Any) -> Any:
         if grid is MISSING or block is MISSING:
-            Fail.no_config(ctx.kernel_name, spec, grid, block, "launch")
+            Fail.no_config(ctx, spec.plan, grid, block, "launch")
         if not kw:
             return full(grid, block, *args)
         values = list(args) + [MISSING] * (count - len(args))
@@ -202,10 +202,8 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
     """Emit one of the three functions (see the module documentation)."""
     plan, params, args = spec.plan, spec.params, spec.args
     fast, prepare = mode == "launch", mode == "_prepare"
-    const_only = {a.path[0] for a in args if a.path and a.kind == "const"} - {
-        a.path[0] for a in args if a.path and a.kind != "const"
-    }
-    required = [n for i, n in enumerate(names) if i not in const_only]
+    left_out = constexpr_positions(args)
+    required = [n for i, n in enumerate(names) if i not in left_out]
     # (the fast function's grid and block default to _M: a call without them reaches the binder's message)
     signature = ", ".join(["grid=_M" if fast else "grid", "block=_M" if fast else "block",
                            *(n + "=_M" for n in names), "*_extra"])  # fmt: skip

@@ -11,10 +11,11 @@ from typing import Any
 import torch
 
 from ..core.params import Param
-from ..core.spec import Arg, KernelSpec, LaunchPlan
+from ..core.spec import Arg, LaunchPlan, constexpr_positions, names_by_position
 from ..errors import ArgumentError, ArgumentTypeError
 from . import checks as _checks
 from .checks import MISSING, Context
+from .describe import no_config
 
 __all__ = ["MISSING", "Fail"]
 
@@ -24,13 +25,11 @@ class Fail:
 
     @staticmethod
     def count(ctx: Context, given: tuple, extra: tuple, block: Any = None) -> None:
-        by_position = {a.path[0]: a for a in ctx.args if a.path}
-        names = [by_position[i].name for i in range(len(given))]
-        optional = {a.path[0] for a in ctx.args if a.path and a.kind == "const"} - {
-            a.path[0] for a in ctx.args if a.path and a.kind != "const"
-        }
+        names = names_by_position(ctx.args)[: len(given)]
+        optional = constexpr_positions(ctx.args)
         n = sum(1 for v in given if v is not MISSING) + len(extra)
-        listed = f" ({', '.join(names)})" if all(names) and names else ""
+        named = names and all(a.name for a in ctx.args if a.path)  # (else ``arg3``s: no list)
+        listed = f" ({', '.join(names)})" if named else ""
         missing = [name for i, (name, v) in enumerate(zip(names, given)) if v is MISSING and i not in optional]
         detail = f"; missing: {', '.join(missing)}" if listed and missing and not extra else ""
         if isinstance(block, torch.Tensor) or hasattr(block, "__cuda_array_interface__"):
@@ -39,22 +38,10 @@ class Fail:
         raise ArgumentTypeError(f"kernel {ctx.kernel_name!r} takes {len(given)} arguments{listed}, got {n}{detail}")
 
     @staticmethod
-    def no_config(name: str, spec: KernelSpec, grid: Any, block: Any, call: str) -> None:
-        """Refuse ``launch`` or ``bind`` called without its grid or its block (Python's own TypeError
-        would name neither the kernel nor what comes first). The arguments listed are those to give:
-        not a constexpr the binary fixed (Triton's ``BLOCK``), which may be left out."""
-        args, fixed = spec.args, spec.plan.block
-        const_only = {a.path[0] for a in args if a.path and a.kind == "const"} - {
-            a.path[0] for a in args if a.path and a.kind != "const"
-        }
-        arg_names = [n for i, n in enumerate(spec.arg_names) if i not in const_only]
+    def no_config(ctx: Context, plan: LaunchPlan, grid: Any, block: Any, call: str) -> None:
+        """Refuse ``launch`` or ``bind`` called without its grid or its block (see :func:`~launchpad.launch.describe.no_config`)."""
         lacks = " and ".join(w for w, v in (("the grid", grid), ("the block", block)) if v is MISSING)
-        own = f" (None: the kernel's own, {fixed})" if fixed else ""
-        takes = f"then the kernel's arguments ({', '.join(arg_names)})" if arg_names else "and no arguments"
-        raise ArgumentTypeError(
-            f"kernel {name!r}: {call}(grid, block, *args) was called without {lacks}: it takes the grid, the "
-            f"block{own}, {takes}; or write kernel[grid, block](*args)"
-        )
+        raise no_config(ctx, lacks, call, plan.block)
 
     @staticmethod
     def block(ctx: Context, block: Any, max_threads: int) -> None:
