@@ -25,6 +25,7 @@ from .core.binary import BinaryKernel, kernels_in_image, read_image
 from .core.loader import Loader
 from .core.spec import KernelSpec, ModuleCallbacks, spec_from_image
 from .errors import ArgumentError, ArgumentTypeError, BinaryError, MissingFileError, NoDeviceError
+from .launch import config as _config
 from .launch import executor as _executor
 from .launch.checks import Context
 from .launch.refusals import MISSING, Fail
@@ -35,6 +36,7 @@ __all__ = ["KERNEL_TYPES", "Kernel", "from_image", "load", "load_cubin"]
 #: ``kernel[...]`` configurations kept per kernel; a loop over ever-new grids does not grow it
 #: further (the cache is emptied when full).
 _CONFIG_CACHE_SIZE = 256
+
 
 #: Kernel classes by ``spec.metadata["frontend"]`` for front ends whose launches are configured their
 #: own way (Warp's ``kernel[dim]``), registered by them on import: what :func:`load` makes of their
@@ -215,6 +217,8 @@ class Kernel:
         except TypeError:  # unhashable (a list): not cached
             return self._configure(config)
         launch = self._configure(config)
+        if not _config.cacheable(config):  # (its refusal, made at the call, would answer an equal config of ints)
+            return launch
         with self._configs_lock:
             if len(self._configs) >= _CONFIG_CACHE_SIZE:  # grids that change every call: stay bounded
                 self._configs.clear()

@@ -293,7 +293,7 @@ BARE = {
 }
 #: Builtins raised as themselves: caught inside the package, or the framework's own error where
 #: launchpad stands in for it (Triton's launcher raises what Triton raises).
-BUILTIN_OK = {"core/cache.py", "frontends/cpp/demangle.py", "launch/checks.py", "frontends/triton/autotune.py",
+BUILTIN_OK = {"core/cache.py", "frontends/cpp/demangle.py", "launch/checks.py", "launch/config.py", "frontends/triton/autotune.py",
               "frontends/triton/launcher.py", "frontends/triton/tensordesc.py", "sequences/scalars.py",
               "frontends/warp/args.py", "kernel.py", "core/toolchain.py", "launch/executor.py", "__init__.py"}  # fmt: skip
 TOOLS = ("bench/", "reporting/", "cli.py", "__main__.py")

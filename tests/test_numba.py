@@ -26,7 +26,7 @@ from launchpad.core import driver as _driver
 from launchpad.core.binary import kernels_in_image
 from launchpad.frontends.numba import compile as _numba_compile
 from launchpad.frontends.numba import frontend as _numba
-from launchpad.launch.checks import RawStream
+from launchpad.launch.config import RawStream
 
 ARCH = "sm_90"
 CC = (9, 0)

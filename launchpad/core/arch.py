@@ -11,13 +11,15 @@ listing the forms and the names, rather than reaching NVRTC as ``sm_<it>`` and c
 from __future__ import annotations
 
 import difflib
+import functools
+import math
 import re
 from collections.abc import Sequence
 
-from ..errors import ArgumentError, NoDeviceError
+from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
 from . import driver as _driver
 
-__all__ = ["GPU_ARCHS", "resolve_arch"]
+__all__ = ["GPU_ARCHS", "nvrtc_archs", "resolve_arch"]
 
 #: A GPU's name (lower case, without spaces or dashes) and the architecture of its compute
 #: capability: the data-center parts and the consumer cards people compile for.
@@ -64,6 +66,8 @@ def resolve_arch(arch: str | int | tuple[int, int] | None, kernel: str | Sequenc
     ------
     ArgumentError
         ``arch`` is none of these; the message lists the forms and the names.
+    ArgumentTypeError
+        ``arch`` is a float (``9.0``, ``90.0``): the message gives the int and the strings to write.
     NoDeviceError
         ``arch`` is None and there is no GPU to ask: the message says to pass ``arch``.
     """
@@ -80,6 +84,8 @@ def resolve_arch(arch: str | int | tuple[int, int] | None, kernel: str | Sequenc
                 '"a100", "l4", "b200"...)'
             ) from None
         return f"sm_{major}{minor}"
+    if isinstance(arch, float):  # 9.0 and 90.0 are both meant as sm_90: refused rather than guessed
+        raise ArgumentTypeError(_refusal(arch, kernel, _float_hint(arch)))
     if isinstance(arch, tuple) and len(arch) == 2 and all(isinstance(v, int) and v >= 0 for v in arch):
         if _known(f"{arch[0]}{arch[1]}"):
             return f"sm_{arch[0]}{arch[1]}"
@@ -98,6 +104,30 @@ def resolve_arch(arch: str | int | tuple[int, int] | None, kernel: str | Sequenc
         if named is not None:
             return named
     raise ArgumentError(_refusal(arch, kernel))
+
+
+@functools.cache
+def nvrtc_archs() -> tuple[str, tuple[int, ...]]:
+    """The installed NVRTC's version (``"13.4"``) and the compute capabilities it compiles for
+    (``(75, 80, ...)``); ``("", ())`` where there is no NVRTC to ask. Asked only for a refusal's
+    message: loading libnvrtc costs more than a cached compile."""
+    try:
+        from cuda.bindings import nvrtc
+
+        _, major, minor = nvrtc.nvrtcVersion()
+        _, archs = nvrtc.nvrtcGetSupportedArchs()
+        return f"{major}.{minor}", tuple(int(a) for a in archs)
+    except Exception:  # no NVRTC, or a cuda-bindings without the call
+        return "", ()
+
+
+def _float_hint(arch: float) -> str:
+    """What to write for a float ``arch``: ``9.0`` and ``90.0`` read as compute capability 9.0, a
+    float below 20 as major.minor (no major has reached 20), one above as XY."""
+    number = (round(arch * 10) if arch < 20 else round(arch)) if math.isfinite(arch) and arch > 0 else 0
+    if number >= 10 and _known(str(number)):
+        return f" (a float, which cannot tell 9.0 from 90: write {number}, '{number // 10}.{number % 10}' or 'sm_{number}')"
+    return " (a float, which cannot tell 9.0 from 90: write an int such as 90, or a str such as '9.0' or 'sm_90')"
 
 
 def _known(number: str) -> bool:
@@ -127,18 +157,22 @@ def _what(kernel: str | Sequence[str] | None) -> str:
     return ""
 
 
-def _refusal(arch: object, kernel: str | Sequence[str] | None) -> str:
-    """Why ``arch`` is refused, with every form it may take and the closest GPU name."""
+def _refusal(arch: object, kernel: str | Sequence[str] | None, hint: str = "") -> str:
+    """Why ``arch`` is refused, with every form it may take and the closest GPU name (``hint``, where
+    given, says why instead)."""
     what = f"{_what(kernel)}: " if kernel else ""
     names = ", ".join(f"{n} ({a})" for n, a in GPU_ARCHS.items())
-    close = difflib.get_close_matches(str(arch).strip().lower().replace(" ", ""), GPU_ARCHS, n=1)
-    hint = f" (did you mean {close[0]!r}, {GPU_ARCHS[close[0]]}?)" if close else ""
+    close = [] if hint else difflib.get_close_matches(str(arch).strip().lower().replace(" ", ""), GPU_ARCHS, n=1)
+    hint = hint or (f" (did you mean {close[0]!r}, {GPU_ARCHS[close[0]]}?)" if close else "")
     number = re.fullmatch(r"(?:sm|compute)?_?(\d{2,3})[af]?|(\d{1,2})\.(\d)", str(arch).strip().lower())
-    if number and not close:  # a number, but no architecture of CUDA's: the nearest ones
+    if number and not close and not hint:  # a number, but no architecture of CUDA's: the nearest ones
         value = int(number.group(1) or number.group(2) + number.group(3))
         near = sorted(KNOWN_ARCHS, key=lambda known: (abs(known - value), known))[:2]
         hint = f" (no GPU has compute capability {value}; did you mean {' or '.join(f'sm_{n}' for n in sorted(near))}?)"
     known = ", ".join(str(n) for n in KNOWN_ARCHS)
+    version, taken = nvrtc_archs()
+    if taken:  # the list above is CUDA's: say which of them the NVRTC that will compile takes
+        known += f" (those of CUDA 11 to 13; the installed NVRTC {version} compiles for {', '.join(map(str, taken))})"
     return (
         f"{what}arch {arch!r} is not an architecture launchpad can compile for{hint}. Give 'sm_XY' (a real "
         "architecture, e.g. 'sm_90' for an H100), 'sm_XYa' (with its architecture-specific features, 'sm_90a'), "

@@ -22,7 +22,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-from ..errors import ArgumentError, BinaryError, MissingFileError
+from ..errors import ArgumentError, ArgumentTypeError, BinaryError, MissingFileError
 from .spec import KernelSpec
 
 __all__ = ["ARTIFACT_FORMAT", "ARTIFACT_VERSION", "body", "read", "save"]
@@ -48,7 +48,10 @@ def save(spec: KernelSpec, path: str | Path) -> Path:
     Raises
     ------
     ArgumentError
-        The spec runs module callbacks when it loads: an artifact holds no Python code.
+        The spec runs module callbacks when it loads: an artifact holds no Python code. Or
+        ``path`` is a folder, or its folder does not exist (refused before anything is written).
+    ArgumentTypeError
+        ``path`` is not a str or ``os.PathLike``.
     """
     callbacks = spec.callbacks
     if callbacks is not None and (callbacks.setup or callbacks.teardown):
@@ -57,7 +60,7 @@ def save(spec: KernelSpec, path: str | Path) -> Path:
             f"kernel {spec.display_name!r} cannot be saved: it runs module callbacks ({names}) of the files it "
             "links when it loads, and an artifact holds no Python code"
         )
-    path = Path(path)
+    path = _save_path(spec, path)
     content = json.loads(json.dumps(body(spec)))  # as read() will see it
     text = json.dumps({**content, "sha256": digest(content)})
     # a name no other writer uses; created like any file (0o666 less the umask), unlike mkstemp's 0o600
@@ -72,6 +75,52 @@ def save(spec: KernelSpec, path: str | Path) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def _save_path(spec: KernelSpec, path: Any) -> Path:
+    """``path`` as a Path, refused where no file can be written there: the temporary file goes in
+    its folder, so a missing folder would fail naming that file, and a folder given as the path
+    would put it in the folder's parent before the rename fails."""
+    where = f"kernel {spec.display_name!r}: save"
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentTypeError(
+            f"{where} takes the path of the file to write (a str or pathlib.Path), got {type(path).__name__} "
+            f"{path!r:.80}: write k.save('{spec.display_name}.json')"
+        )
+    path = Path(path)
+    if path.is_dir():
+        raise ArgumentError(
+            f"{where} takes the path of a file, and {str(path)!r} is a folder: write a file name in it, "
+            f"k.save({str(path / (spec.display_name + '.json'))!r})"
+        )
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise ArgumentError(
+            f"{where}: cannot write {str(path)!r}, its folder {str(folder)!r} {what}; create the folder first "
+            f"(pathlib.Path({str(folder)!r}).mkdir(parents=True)) or save to a folder that exists"
+        )
+    return path
+
+
+def _load_path(path: Any, missing: bool = False) -> None:
+    """Refuse what :func:`read` was given that is no path: another type, or (``missing``: no file
+    has that name) the artifact's JSON text itself, which would otherwise be read as a file name."""
+    if not isinstance(path, (str, os.PathLike)):
+        got = "None" if path is None else f"{type(path).__name__} {path!r:.60}"
+        content = isinstance(path, (bytes, bytearray, dict))  # what a file holds, not where it is
+        raise ArgumentTypeError(
+            f"load takes the path of a saved artifact, got {got}: pass the path of the file Kernel.save(path) "
+            f"wrote{', not its content' if content else ''}, as a str or pathlib.Path: lp.load('kernel.json')"
+        )
+    if missing and isinstance(path, str) and path.lstrip()[:1] in ("{", "["):
+        start = path.lstrip()[:40]
+        what = "a launchpad artifact's JSON text" if _START.match(path) else "JSON text"
+        raise ArgumentError(
+            f"load takes the path of a saved artifact and was given {what} ({start!r}...) instead: pass the path "
+            "of the file it is in, or write it to one first (pathlib.Path('kernel.json').write_text(text)) and "
+            "lp.load('kernel.json')"
+        )
 
 
 def _name_in(text: str) -> str:
@@ -142,6 +191,10 @@ def read(path: str | Path) -> KernelSpec:
 
     Raises
     ------
+    ArgumentTypeError
+        ``path`` is not a str or ``os.PathLike`` (None, bytes, a dict...).
+    ArgumentError
+        ``path`` is JSON text (an artifact's content) naming no file.
     MissingFileError
         There is no file at ``path`` (also a ``FileNotFoundError``).
     BinaryError
@@ -152,12 +205,15 @@ def read(path: str | Path) -> KernelSpec:
     BinaryError
         The file cannot be read.
     """
+    _load_path(path)
     where = f"launchpad artifact {str(path)!r}"
     try:
         raw = Path(path).read_bytes()
     except FileNotFoundError:
+        _load_path(path, missing=True)
         raise MissingFileError(f"no file {str(path)!r} to load: {WHAT_ONE_IS}", str(path)) from None
-    except OSError as exc:
+    except OSError as exc:  # a name too long for a file (JSON text given as the path), a folder...
+        _load_path(path, missing=True)
         raise BinaryError(f"cannot read {where}: {exc.strerror or exc}") from None
     try:
         d = json.loads(raw.decode())

@@ -20,9 +20,18 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
-from ..errors import ArgumentError, BinaryError, CudaError, LaunchpadError, NoDeviceError, OutOfResources
+from ..errors import (
+    ArgumentError,
+    ArgumentTypeError,
+    BinaryError,
+    CudaError,
+    LaunchpadError,
+    NoDeviceError,
+    OutOfResources,
+)
 from . import driver as _driver
 from .binary import CLASSIC_PARAM_BYTES, MAX_PARAM_BYTES, arch_runs_on, image_arch
 from .spec import KernelSpec
@@ -347,7 +356,7 @@ class Loader:
                          cluster: Any, cooperative: bool) -> tuple | None:  # fmt: skip
         """The cluster a launch uses after checking it and the cooperative limit (ArgumentError)."""
         if cluster is not None:
-            cluster = (tuple(cluster) + (1, 1))[:3]
+            cluster = self._cluster_dims(cluster)
             if any(g % c for g, c in zip(grid, cluster)):
                 raise ArgumentError(f"kernel {self.name!r}: grid {grid} is not a multiple of cluster {cluster}")
         if cooperative:
@@ -359,9 +368,25 @@ class Loader:
                 )
         return cluster
 
+    def _cluster_dims(self, cluster: Any) -> tuple[int, int, int]:
+        """A launch's ``cluster=`` as three dimensions: an int or 1-3 of them, each at least 1."""
+        single = hasattr(cluster, "__index__") and not isinstance(cluster, bool)
+        items = (cluster,) if single else tuple(cluster) if isinstance(cluster, (tuple, list)) else None
+        if items is None or not all(hasattr(c, "__index__") and not isinstance(c, bool) for c in items):
+            raise ArgumentTypeError(f"kernel {self.name!r}: cluster must be an int or a tuple of 1-3 ints, got "
+                                    f"{type(cluster).__name__} {cluster!r}")  # fmt: skip
+        dims = tuple(int(c) for c in items)
+        if not 1 <= len(dims) <= 3 or min(dims) < 1:
+            raise ArgumentError(f"kernel {self.name!r}: cluster {cluster!r} must have 1-3 dimensions, each at least 1")
+        return (*dims, 1, 1)[:3]  # type: ignore[return-value]
+
     def launch_ex(self, entry: tuple, device: int, grid: tuple, block: tuple, shared_mem: int, stream: int,
                   params: int, cluster: Any, cooperative: bool, pdl: bool) -> None:  # fmt: skip
         """A launch through ``cuLaunchKernelEx``: the plan's attributes and the launch's own."""
+        for option, value in (("cooperative", cooperative), ("pdl", pdl)):
+            if not isinstance(value, (bool, np.bool_)):  # (a str such as "no" would be true)
+                raise ArgumentTypeError(f"kernel {self.name!r}: {option} takes a bool, got {type(value).__name__} "
+                                        f"{value!r}")  # fmt: skip
         plan = self.spec.plan
         cooperative = cooperative or plan.cooperative
         cluster = self.check_attributes(device, grid, block, shared_mem,

@@ -11,10 +11,11 @@ format per kernel, computed once, with ``x`` pad bytes between parameters.
 from __future__ import annotations
 
 import ctypes
+import difflib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from ..errors import ArgumentError, BinaryError
+from ..errors import ArgumentError, ArgumentTypeError, BinaryError
 
 __all__ = [
     "INDEX_RANGE",
@@ -132,7 +133,7 @@ def type_size(word: str) -> int:
     try:
         return SCALAR_TYPES[word][0]
     except KeyError:
-        raise ArgumentError(f"unknown type word {word!r}") from None
+        raise ArgumentError(f"unknown type word {word!r}{_write_instead(word)}") from None
 
 
 def struct_format(params: list[Param] | tuple[Param, ...]) -> tuple[str, int]:
@@ -167,17 +168,91 @@ def parameter_block(params: Sequence[Param], size: int) -> tuple[bytearray, ctyp
 # --- signatures ---------------------------------------------------------------------------------
 
 
-def parse_signature(signature: str | Sequence[str]) -> list[str]:
-    """Split ``"*fp32, *fp32, i32"`` into type words and check each one."""
-    words = [w.strip() for w in signature.split(",")] if isinstance(signature, str) else list(signature)
+def parse_signature(signature: str | Sequence[str], kernel: str | None = None) -> list[str]:
+    """Split ``"*fp32, *fp32, i32"`` into type words and check each one.
+
+    Parameters
+    ----------
+    signature : str or sequence of str
+        The type words, comma-separated or as a list.
+    kernel : str, optional
+        The kernel the signature types, for the messages.
+
+    Raises
+    ------
+    ArgumentTypeError
+        ``signature`` is neither a string nor a list of strings.
+    ArgumentError
+        A word is no type word; the message gives the one to write (``'*fp32'`` for ``float*``).
+    """
+    what = f"kernel {kernel!r}: " if kernel else ""
+    if isinstance(signature, str):
+        words = [w.strip() for w in signature.split(",")]
+    else:
+        listed = list(signature) if isinstance(signature, (list, tuple)) else None
+        odd = next((w for w in listed if not isinstance(w, str)), None) if listed is not None else None
+        if listed is None or odd is not None:
+            got = f"{type(odd).__name__} {odd!r} among them" if listed is not None else (
+                f"{type(signature).__name__} {signature!r}")  # fmt: skip
+            raise ArgumentTypeError(f"{what}signature takes a str or a list of type words, got {got}: write "
+                                    "'*fp32, fp32, i32' or ['*fp32', 'fp32', 'i32']")  # fmt: skip
+        words = [w.strip() for w in listed]
     words = [w for w in words if w]
     for w in words:
-        if w.startswith("*"):
-            if w[1:] not in POINTER_DTYPES:
-                raise ArgumentError(f"unknown pointer type {w!r} in signature")
-        else:
-            type_size(w)
+        if not _known(w):
+            kind = "pointer type" if w.startswith("*") else "type word"
+            fixed = [_suggestion(v) or v for v in words]
+            whole = (
+                f" (the whole signature: {', '.join(fixed)!r})" if fixed != words and all(map(_known, fixed)) else ""
+            )
+            raise ArgumentError(f"{what}unknown {kind} {w!r} in the signature{_write_instead(w, whole)}")
     return words
+
+
+def _known(word: str) -> bool:
+    """Whether ``word`` is a type word: a typed pointer, a scalar, an opaque struct (``"bytes128"``)."""
+    if word.startswith("*"):
+        return word[1:] in POINTER_DTYPES
+    return word in SCALAR_TYPES or (word.startswith("bytes") and word[5:].isdigit())
+
+
+#: C++, torch and NumPy spellings of the types, and the type word of each (``long`` as on Linux).
+_SPELLINGS = {
+    "float": "fp32", "float32": "fp32", "f32": "fp32", "double": "fp64", "float64": "fp64", "f64": "fp64",
+    "half": "fp16", "__half": "fp16", "float16": "fp16", "f16": "fp16",
+    "__nv_bfloat16": "bf16", "nv_bfloat16": "bf16", "bfloat16": "bf16",
+    "bool": "i1", "char": "i8", "signed char": "i8", "int8_t": "i8", "int8": "i8",
+    "unsigned char": "u8", "uint8_t": "u8", "uint8": "u8",
+    "short": "i16", "int16_t": "i16", "int16": "i16", "unsigned short": "u16", "uint16_t": "u16", "uint16": "u16",
+    "int": "i32", "int32_t": "i32", "int32": "i32", "unsigned": "u32", "unsigned int": "u32", "uint32_t": "u32",
+    "uint32": "u32", "long": "i64", "long long": "i64", "int64_t": "i64", "int64": "i64", "unsigned long": "u64",
+    "unsigned long long": "u64", "uint64_t": "u64", "uint64": "u64", "size_t": "u64",
+}  # fmt: skip
+
+
+def _suggestion(word: str) -> str | None:
+    """The type word meant by ``word`` (``"*fp32"`` for ``"const float*"``), or None. Asked only for a
+    word that is none: a refusal's message."""
+    text = " ".join(w for w in word.replace("*", " * ").split() if w not in ("const", "volatile", "__restrict__"))
+    pointer = text.startswith("*") or text.endswith("*")
+    base = text.strip("* ")
+    base = _SPELLINGS.get(base, base)
+    if pointer:
+        return f"*{base}" if base in POINTER_DTYPES else None
+    if base in SCALAR_TYPES:
+        return base
+    close = difflib.get_close_matches(base, [*SCALAR_TYPES, *(f"*{p}" for p in POINTER_DTYPES)], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _write_instead(word: str, whole: str = "") -> str:
+    """``": write '*fp32'; signatures take ..."``: what to write for ``word``, which is no type word
+    (``whole``: the signature rewritten, where every word of it could be)."""
+    suggestion = _suggestion(word)
+    said = f": write {suggestion!r}{whole}" if suggestion and suggestion != word else ""
+    return (f"{said}; signatures take Triton's type words: '*fp32' for float*, 'i32' for int, 'fp32' for float, "
+            "'fp64' for double, 'i64' for long long, 'u32' for unsigned, 'fp16' for __half, 'bf16' for "
+            "__nv_bfloat16, 'i1' for bool, 'bytes16' for a 16-byte struct")  # fmt: skip
 
 
 def apply_signature(params: list[Param], words: list[str], kernel: str) -> list[Param]:

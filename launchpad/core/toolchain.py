@@ -10,15 +10,16 @@ what Numba compiled (and the CUDA C++ files its kernels declare) through :func:`
 from __future__ import annotations
 
 import functools
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import DISTRIBUTION, ArgumentTypeError, BinaryError, CompileError
+from ..errors import DISTRIBUTION, ArgumentError, ArgumentTypeError, BinaryError, CompileError
 from . import cache as _cache
 from . import driver as _driver
-from .arch import resolve_arch  # the front ends resolve arch= here, where they compile
+from .arch import nvrtc_archs, resolve_arch  # the front ends resolve arch= here, where they compile
 from .binary import TYPE_PROBE
 
 __all__ = [
@@ -217,6 +218,54 @@ def _std_hint(std: str, arch: str, log: str) -> str:
     return f"; std={std!r} is not a standard it takes: write one of {', '.join(map(repr, taken))}" if taken else ""
 
 
+def _arch_hint(arch: str, log: str) -> str:
+    """What to write for ``arch=`` where NVRTC refused it (its log says only "invalid value")."""
+    if "--gpu-architecture" not in log:
+        return ""
+    version, taken = nvrtc_archs()
+    if not taken:
+        return ""
+    kind = "compute" if arch.startswith("compute") else "sm"
+    return (f"; {arch} is not an architecture the installed NVRTC {version} compiles for: write one of "
+            f"{', '.join(f'{kind}_{n}' for n in taken)} (an older CUDA's NVRTC compiles for older GPUs)")  # fmt: skip
+
+
+#: Raw flags that set what ``arch=`` and ``std=`` set, and would silently win over them.
+_OWN_FLAGS = {"-arch": "arch", "--gpu-architecture": "arch", "-std": "std", "--std": "std"}
+
+
+def _check_options(options: list[str], arch: str, std: str, what: str) -> None:
+    """Refuse an ``-arch``/``--gpu-architecture``/``-std`` flag among ``options``."""
+    for i, option in enumerate(options):
+        flag, equals, value = option.strip().partition("=")
+        argument = _OWN_FLAGS.get(flag)
+        if argument is None:
+            continue
+        value = value if equals else (options[i + 1] if i + 1 < len(options) else "")
+        given = arch if argument == "arch" else std
+        write = f"{argument}={value.strip()!r}" if value.strip() else f"{argument}="
+        raise ArgumentError(f"{what}: options has {option!r}, which would silently replace {argument}= "
+                            f"({given!r}): give it once, in {argument}= ({write}), not in options")  # fmt: skip
+
+
+def _checked_defines(defines: Mapping[Any, Any], what: str) -> dict[str, Any]:
+    """``defines`` with str names and values NVRTC can spell: a bool as 1 or 0 (``-DN=True`` would
+    be a name C++ does not know); anything but an int, float, str or None is refused."""
+    checked = {}
+    for name, value in defines.items():
+        if not isinstance(name, str):
+            raise ArgumentTypeError(f"{what}: defines takes macro names as str ({{'N': 4}}), got "
+                                    f"{type(name).__name__} {name!r}: write the macro's name as a str")  # fmt: skip
+        if isinstance(value, bool) or type(value).__name__ == "bool_":  # NumPy's bool too
+            value = int(bool(value))
+        elif not (value is None or isinstance(value, (str, numbers.Real))):
+            raise ArgumentTypeError(f"{what}: defines[{name!r}] takes an int, a float, a str (the macro's text) or "
+                                    f"None (the name defined bare), got {type(value).__name__} {value!r}: write "
+                                    f"the text it stands for as a str")  # fmt: skip
+        checked[name] = value
+    return checked
+
+
 def compile_program(source: str, names: Sequence[str], output: str, arch: str, std: str, defines: Mapping[str, Any] | None,
              include_dirs: Iterable[str | Path], options: Iterable[str], **fields: Any) -> tuple[bytes, dict[str, str]]:  # fmt: skip
     """Compile (or fetch from the cache) ``source``; return the binary and name -> symbol."""
@@ -231,6 +280,9 @@ def compile_program(source: str, names: Sequence[str], output: str, arch: str, s
     if defines is not None and not isinstance(defines, Mapping):
         raise ArgumentTypeError(f"{what}: defines takes a mapping of macro names to values ({{'N': 4}}; None "
                                 f"defines the name bare), got {type(defines).__name__} {defines!r}")  # fmt: skip
+    _check_options(options, arch, std, what)
+    if defines is not None:
+        defines = _checked_defines(defines, what)
     what += f" for {arch}"
     key = _cache.cache_key(
         "nvrtc", _nvrtc_version(), source, list(names), output, arch, std, defines, include_dirs, options, fields
@@ -250,7 +302,7 @@ def compile_program(source: str, names: Sequence[str], output: str, arch: str, s
         message, _, log = str(exc).partition("compilation log:")
         log = log.strip("\n\0")
         message = message.strip().rstrip(",")
-        hint = _std_hint(std, arch, log) or _missing_header_hint(log)
+        hint = _std_hint(std, arch, log) or _arch_hint(arch, log) or _missing_header_hint(log)
         raise CompileError(f"NVRTC could not compile {what}: {message}{hint}", log) from None
     symbols = {n: obj.symbol_mapping.get(n, n.encode()).decode() for n in names}
     binary = bytes(obj.code)

@@ -23,23 +23,20 @@ from ..core import driver as _driver
 from ..core.params import Param
 from ..core.spec import Arg
 from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
-from .describe import describe, host_array, no_config
+from .describe import describe, host_array
 
 __all__ = [
     "CONVERTERS",
     "MISSING",
     "Context",
-    "RawStream",
     "bf16_bits",
     "bf16_value",
+    "bool_value",
     "describe",
-    "dims",
     "host_array",
-    "no_config",
     "no_device",
     "pointer_of",
     "same_value",
-    "stream_of",
     "wrapped_int",
 ]
 
@@ -70,8 +67,6 @@ def no_device(ctx: Context | None, exc: Exception) -> NoReturn:
 # torch's current device and raw stream: the cheapest calls torch offers (what Triton uses)
 current_device: Callable[[], int] = getattr(torch._C, "_cuda_getDevice", _no_cuda)
 current_raw_stream: Callable[[int], int] = getattr(torch._C, "_cuda_getCurrentRawStream", _no_cuda)
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_BLOCK = (1024, 1024, 64)
 
 #: Converters for ``expand`` arguments, by name, registered by the modules that define them.
 #: ``CONVERTERS[name].specialize(**options)`` gives ``convert(value, device, stream, ctx, arg)``,
@@ -203,6 +198,10 @@ def untyped_value(ctx: Context, arg: Arg, value: Any, device: int, stream: int) 
         return int.from_bytes(value, "little")
     if size != 8:
         raise ctx.error(arg, f"cannot pack {describe(value)} into {size} bytes", ArgumentTypeError)
+    if isinstance(value, (tuple, list)):  # (a struct's fields: its layout is the compiler's, not known here)
+        raise ctx.error(arg, f"got {describe(value)} for 8 bytes of a type launchpad cannot see (a struct by value?): "
+                             "give its bytes (struct.pack, a ctypes Structure, a numpy record), an int or a pointer",
+                        ArgumentTypeError)  # fmt: skip
     return pointer_of(ctx, arg, value, device, stream, None)
 
 
@@ -240,6 +239,14 @@ def int_bits(ctx: Context, arg: Arg, value: Any) -> Any:
     )  # fmt: skip
 
 
+def bool_value(ctx: Context, arg: Arg, value: Any) -> bool:
+    """A bool parameter's value that is not a bool: an int (or numpy's bool or int) by its truth, as
+    the compiled executor takes it; anything else is refused (a str's truth is not what it says)."""
+    if isinstance(value, (int, np.bool_, np.integer)):
+        return bool(value)
+    raise ctx.error(arg, f"expected a bool (or an int), got {describe(value)}", ArgumentTypeError)
+
+
 def bytes_value(ctx: Context, arg: Arg, value: Any) -> bytes:
     """The bytes of an opaque by-value argument (bytes, numpy struct scalar, ctypes struct...)."""
     size = ctx.params[arg.param].size
@@ -253,19 +260,6 @@ def bytes_value(ctx: Context, arg: Arg, value: Any) -> bytes:
     if len(data) != size:
         raise ctx.error(arg, f"expected {size} bytes, got {len(data)}")
     return data
-
-
-def shared_mem_value(ctx: Context, value: Any) -> int:
-    """The dynamic shared memory of a launch that is not a plain non-negative int: checked."""
-    try:
-        nbytes = index(value)
-    except TypeError:
-        raise ArgumentTypeError(
-            f"kernel {ctx.kernel_name!r}: shared_mem must be an int number of bytes, got {describe(value)}"
-        ) from None
-    if nbytes < 0:
-        raise ArgumentError(f"kernel {ctx.kernel_name!r}: shared_mem must not be negative, got {nbytes}")
-    return nbytes
 
 
 def bf16_bits(value: Any) -> int:
@@ -315,95 +309,3 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(b, str) and a is not None and not isinstance(a, (str, int, float)):
         return str(a) == b
     return False
-
-
-def index(value: Any) -> int:
-    """An int from an int-like value (numpy ints too); TypeError for bools, floats, strings."""
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError("a bool is not a size")
-    return operator.index(value)
-
-
-def dims(value: Any, what: str, ctx: Context) -> tuple[int, int, int]:
-    """A grid or block given as an int or a 1-3 tuple, as three ints, range-checked.
-
-    Only integers are taken (numpy integers too): a float, a bool or a string is refused rather
-    than truncated or read as digits.
-    """
-    try:
-        t: tuple[int, ...]
-        if hasattr(value, "__index__") or isinstance(value, (bool, np.bool_)):
-            t = (index(value), 1, 1)
-        elif isinstance(value, (str, bytes)):
-            raise TypeError(value)
-        else:
-            items = tuple(value)
-            if not 1 <= len(items) <= 3:
-                raise ArgumentError(f"kernel {ctx.kernel_name!r}: {what} must have 1-3 dimensions, got {value!r}")
-            t = (*(index(v) for v in items), 1, 1)
-    except TypeError:
-        if value is MISSING:  # (launch(block=..., ...): the grid left out, the block given by name)
-            raise no_config(ctx, f"the {what}", "launch") from None
-        raise ArgumentTypeError(
-            f"kernel {ctx.kernel_name!r}: {what} must be an int or a tuple of 1-3 ints, got {describe(value)}"
-        ) from None
-    x, y, z = t[:3]
-    limits = MAX_GRID if what == "grid" else MAX_BLOCK
-    low = 0 if what == "grid" else 1
-    for axis, v, limit in zip("xyz", (x, y, z), limits):
-        if not low <= v <= limit:
-            raise ArgumentError(
-                f"kernel {ctx.kernel_name!r}: {what} dimension {axis} = {v} is outside the device limit [{low}, {limit}]"
-            )
-    return x, y, z
-
-
-class RawStream:
-    """A raw stream handle that remembers its device (what ``Kernel.bind`` keeps)."""
-
-    __slots__ = ("device", "handle")
-
-    def __init__(self, handle: int, device: int):
-        self.handle = handle
-        self.device = device
-
-    def __repr__(self) -> str:
-        return f"RawStream({self.handle:#x}, device={self.device})"
-
-
-def stream_of(stream: Any, ctx: Context | None = None, current: Callable[[], int] | None = None) -> tuple[int, int]:
-    """``(raw handle, device)`` of an explicit stream argument (``ctx`` names the kernel in errors;
-    ``current`` gives the current device, torch's by default).
-
-    An int is a raw handle on the current device: ``0`` is the legacy default stream (not torch's
-    current stream, which is what leaving the stream out gives).
-    """
-    if isinstance(stream, RawStream):
-        return stream.handle, stream.device
-    if isinstance(stream, torch.cuda.Stream):
-        return stream.cuda_stream, stream.device_index
-    if isinstance(stream, int) and not isinstance(stream, bool):
-        return stream, device_of_launch(ctx, current)
-    proto = getattr(stream, "__cuda_stream__", None)
-    if proto is not None:
-        handle = int((proto() if callable(proto) else proto)[1])
-        device = getattr(getattr(stream, "device", None), "device_id", None)
-        return handle, device_of_launch(ctx, current) if device is None else int(device)
-    kernel = f"kernel {ctx.kernel_name!r}: " if ctx is not None else ""
-    raise ArgumentTypeError(
-        f"{kernel}stream must be a torch.cuda.Stream, a cuda.core Stream, an int handle or have __cuda_stream__; "
-        f"got {describe(stream)}"
-    )
-
-
-def device_of_launch(ctx: Context | None, current: Callable[[], int] | None = None) -> int:
-    """The current device (torch's unless ``current`` is given); the error names the kernel when
-    torch has no CUDA."""
-    try:
-        return (current or current_device)()
-    except NoDeviceError as exc:
-        if ctx is None or current is not None:  # a kernel's own current-device function names it
-            raise
-        raise NoDeviceError(f"kernel {ctx.kernel_name!r}: {exc}") from None
-    except (RuntimeError, AssertionError) as exc:  # torch's: a CUDA build without a GPU or driver
-        no_device(ctx, exc)

@@ -29,12 +29,13 @@ from ..core.params import INDEX_RANGE, POINTER_DTYPES, Param
 from ..core.spec import KernelSpec
 from ..errors import ArgumentError, LaunchpadError, LaunchpadWarning
 from . import checks as _checks
+from . import config as _config
 from . import hooks as _hooks
 from . import layouts as _layouts
 from . import memory as _memory
 from . import pylaunch as _pylaunch
 from . import torch_fields as _torch_fields
-from .refusals import Fail
+from .refusals import Fail, place_named
 
 __all__ = ["NOT_BUILT", "Devices", "Executor", "build", "dlpack_word", "launch_path", "plan_ops", "slot_kind"]
 
@@ -244,19 +245,23 @@ class Executor:
 
     def bind(self, kernel: Any, grid: Any, block: Any, args: tuple, options: dict) -> Callable[..., None]:
         """``Kernel.bind``: check and pack now; the returned function repeats that launch."""
+        ctx, names = _checks.Context(self.spec.display_name, self.spec.params, self.spec.args), self.spec.arg_names
+        (grid, block, *given), options = place_named(ctx, names, (grid, block, *args), options, "bind")
+        args = tuple(given)
         device, entry, g, b, shared_mem, stream, packed, keep = self.python.prepare(grid, block, *args, **options)
         if any(v.__class__ is _memory.HostCopy for v in keep):
             raise ArgumentError(
                 f"kernel {self.spec.display_name!r}: Kernel.bind takes no host arrays or records (a bound launch "
                 "cannot copy them back after each launch); pass device arrays, or launch them unbound"
             )
-        fixed = dict(options, shared_mem=shared_mem, stream=_checks.RawStream(stream, device))
+        fixed = dict(options, shared_mem=shared_mem, stream=_config.RawStream(stream, device))
         launch = self.launch
 
         def relaunch(*new_args: Any, **named: Any) -> None:
-            merged = list(args) + [_pylaunch.MISSING] * max(0, len(new_args) - len(args))
-            merged[: len(new_args)] = new_args
-            launch(grid, block, *merged, **fixed, **named)
+            # the arguments given, by position or by name, replace the bound ones; options add to its own
+            (_, _, *values), extra = place_named(ctx, names, (grid, block, *new_args), named, "launch")
+            merged = [args[i] if v is _pylaunch.MISSING and i < len(args) else v for i, v in enumerate(values)]
+            launch(grid, block, *merged, **{**fixed, **extra})
 
         plan = self.spec.plan
         simple = not (

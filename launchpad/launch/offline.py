@@ -24,6 +24,7 @@ from ..core.params import POINTER_DTYPES, Param
 from ..core.spec import Arg, KernelSpec
 from ..errors import ArgumentError, ArgumentTypeError, NoDeviceError
 from . import checks as _checks
+from . import config as _config
 from .checks import CONVERTERS, Context
 from .refusals import MISSING, Fail
 
@@ -61,19 +62,19 @@ def check(spec: KernelSpec, ctx: Context, grid: Any, block: Any, values: tuple, 
         Fail.grid_limit(ctx, grid, plan)
     if plan.block is None:
         if not (block.__class__ is int and 0 < block <= MAX_THREADS):
-            x, y, z = _checks.dims(block, "block", ctx)
+            x, y, z = _config.dims(block, "block", ctx)
             if x * y * z > MAX_THREADS:
                 raise ArgumentError(
                     f"kernel {ctx.kernel_name!r}: block {block!r} has {x * y * z} threads, more than the "
                     f"{MAX_THREADS} a block has on any CUDA device"
                 )
-    elif block is not None and _checks.dims(block, "block", ctx) != plan.block:
+    elif block is not None and _config.dims(block, "block", ctx) != plan.block:
         Fail.fixed_block(ctx, block, plan.block)
-    x, y, z = _checks.dims(grid, "grid", ctx)
+    x, y, z = _config.dims(grid, "grid", ctx)
     if not (x and y and z):
         notes.append(f"grid {grid!r} launches nothing")
     if shared_mem is not None and (shared_mem.__class__ is not int or shared_mem < 0):
-        _checks.shared_mem_value(ctx, shared_mem)
+        _config.shared_mem_value(ctx, shared_mem)
     for arg in spec.args:
         if arg.kind == "scratch" or not arg.path:
             continue

@@ -41,17 +41,17 @@ from ..core import driver as _driver
 from ..core.loader import E_FUNCTION, E_MAX_THREADS, E_SHARED_LIMIT
 from ..core.params import POINTER_DTYPES, Param, parameter_block, struct_format
 from ..core.spec import Arg, KernelSpec, constexpr_positions
-from ..errors import ArgumentTypeError, CudaError
+from ..errors import CudaError
 from . import checks as _checks
+from . import config as _config
 from . import memory as _memory
 from . import offline as _offline
-from .checks import CONVERTERS, MAX_GRID, Context
-from .refusals import MISSING, Fail
+from .checks import CONVERTERS, Context
+from .config import MAX_GRID
+from .refusals import LAUNCH_OPTIONS, MISSING, Fail, place_named
 
 __all__ = ["LAUNCH_OPTIONS", "MISSING", "PythonLaunch", "build"]
 
-#: Keyword options of a launch; a kernel argument of the same name takes the keyword instead.
-LAUNCH_OPTIONS = ("shared_mem", "stream", "cluster", "cooperative", "pdl")
 _serial = itertools.count()
 
 
@@ -131,7 +131,7 @@ def build(spec: KernelSpec, runtime: Any, devices: Any, first_launch: Callable[[
         raise _checks.NoDeviceError(f"kernel {ctx.kernel_name!r}: {_checks.NO_CUDA}")
 
     w.names.update(
-        _M=MISSING, _ctx=ctx, _plan=spec.plan, _Tensor=torch.Tensor, _C=_checks, _HostCopy=_memory.HostCopy, _memory=_memory,
+        _M=MISSING, _ctx=ctx, _plan=spec.plan, _Tensor=torch.Tensor, _C=_checks, _G=_config, _HostCopy=_memory.HostCopy, _memory=_memory,
         _get_device=kernel_no_cuda if no_cuda else devices.current_device,
         _raw_stream=devices.current_stream or _checks.current_raw_stream, _entries=runtime.entries,
         _entry=runtime.entry, _raise_shared=runtime.raise_shared, _launch_ex=runtime.launch_ex, _fail=Fail,
@@ -166,34 +166,16 @@ def build(spec: KernelSpec, runtime: Any, devices: Any, first_launch: Callable[[
 
 
 def _binder(spec: KernelSpec, ctx: Context, full: Callable[..., Any]) -> Callable[..., Any]:
-    """``full(grid, block, *args, **kw)``: keyword arguments by the kernel's argument names."""
+    """``full(grid, block, *args, **kw)``: keyword arguments by the kernel's argument names. The fast
+    ``launch`` hands it every call with a keyword, its own defaults (``_M``) in the places not given."""
     names = spec.arg_names
-    position = {n: i for i, n in enumerate(names)}
-    count = len(names)
 
-    def launch(grid: Any = MISSING, block: Any = MISSING, *args: Any, **kw: Any) -> Any:
+    def launch(*given: Any, **kw: Any) -> Any:
+        values, options = place_named(ctx, names, given, kw, "launch")
+        grid, block, *args = values
         if grid is MISSING or block is MISSING:
             Fail.no_config(ctx, spec.plan, grid, block, "launch")
-        if not kw:
-            return full(grid, block, *args)
-        values = list(args) + [MISSING] * (count - len(args))
-        options = {}
-        for key, value in kw.items():
-            i = position.get(key)
-            if i is not None:
-                if values[i] is not MISSING:
-                    raise ArgumentTypeError(
-                        f"kernel {ctx.kernel_name!r}: launch() got multiple values for argument {key!r}"
-                    )
-                values[i] = value
-            elif key in LAUNCH_OPTIONS:
-                options[key] = value
-            else:
-                raise ArgumentTypeError(
-                    f"kernel {ctx.kernel_name!r}: launch() got an unexpected keyword argument {key!r} (arguments: "
-                    f"{', '.join(names) or 'none'}; options: {', '.join(LAUNCH_OPTIONS)})"
-                )
-        return full(grid, block, *values, **options)
+        return full(grid, block, *args, **options)
 
     return launch
 
@@ -215,7 +197,8 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
     # the plan's grid limit (cuTile's) first, as ct.launch checks it; a tuple grid calls the check
     limit = f"if grid.__class__ is not int or grid > {plan.max_grid}: _fail.grid_limit(_ctx, grid, _plan)"
     if fast:
-        w.lines.append(f"def launch({signature}, **_kw):")
+        # (positional-only: a keyword goes to **_kw, and the binder says what a name given twice is)
+        w.lines.append(f"def launch({signature.replace(', *_extra', ', /, *_extra')}, **_kw):")
         if plan.max_grid:
             w.emit(limit)
         # keywords, a wrong count and zero-sized grids all go the general way
@@ -237,7 +220,7 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         w.emit(offline, 2)
         w.emit("_hs = _raw_stream(_dev)", 2)
         w.emit("else:")
-        w.emit("try: _hs, _dev = _C.stream_of(stream, _ctx, _get_device)", 2)
+        w.emit("try: _hs, _dev = _G.stream_of(stream, _ctx, _get_device)", 2)
         w.emit(offline, 2)
     # the entry is held until the launch returns: it keeps the module loaded (Kernel.close)
     w.emit("_e = _entries.get(_dev) or _entry(_dev)")
@@ -247,11 +230,11 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
         w.emit(f"if block.__class__ is int and 0 < block <= _e[{E_MAX_THREADS}]:")
         w.emit("_bx = block; _by = _bz = 1", 2)
         w.emit("else:")
-        w.emit("_bx, _by, _bz = _C.dims(block, 'block', _ctx)", 2)
+        w.emit("_bx, _by, _bz = _G.dims(block, 'block', _ctx)", 2)
         w.emit(f"if _bx * _by * _bz > _e[{E_MAX_THREADS}]: _fail.block(_ctx, block, _e[{E_MAX_THREADS}])", 2)
     else:
         w.emit(
-            f"if block is not None and _C.dims(block, 'block', _ctx) != {plan.block}: _fail.fixed_block(_ctx, block, {plan.block})"
+            f"if block is not None and _G.dims(block, 'block', _ctx) != {plan.block}: _fail.fixed_block(_ctx, block, {plan.block})"
         )
         w.emit("_bx, _by, _bz = {}, {}, {}".format(*plan.block))
     if fast:
@@ -264,7 +247,7 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
     w.emit(f"if grid.__class__ is int and 0 < grid <= {MAX_GRID[0]}:")
     w.emit("_gx = grid; _gy = _gz = 1", 2)
     w.emit("else:")
-    w.emit("_gx, _gy, _gz = _C.dims(grid, 'grid', _ctx)", 2)
+    w.emit("_gx, _gy, _gz = _G.dims(grid, 'grid', _ctx)", 2)
     w.emit("if not (_gx and _gy and _gz):", 2)
     w.emit(zero_grid, 3)
     for axis, scale in zip("xyz", plan.grid_scale):
@@ -272,7 +255,7 @@ def _emit_function(w: _Writer, spec: KernelSpec, ctx: Context, names: list[str],
             w.emit(f"_g{axis} *= {scale}")
     if not fast:  # the fast path's shared memory is the plan's, which loading already allowed
         w.emit("if shared_mem.__class__ is not int or shared_mem < 0:")
-        w.emit("shared_mem = _C.shared_mem_value(_ctx, shared_mem)", 2)
+        w.emit("shared_mem = _G.shared_mem_value(_ctx, shared_mem)", 2)
         w.emit(f"if shared_mem > _e[{E_SHARED_LIMIT}]:")
         w.emit("_raise_shared(_dev, shared_mem)", 2)
         w.emit("_e = _entries.get(_dev) or _entry(_dev)", 2)
@@ -403,7 +386,10 @@ def _emit_arg(w: _Writer, k: int, arg: Arg, ctx: Context, names: list[str], valu
         bits = 8 * param.size
         lo, hi = (0, 1 << bits) if str(param.type).startswith("u") else (-(1 << (bits - 1)), 1 << (bits - 1))
         w.emit(f"{v} = {src} if {src}.__class__ is int and {lo} <= {src} < {hi} else _C.int_bits(_ctx, {a}, {src})")
-    else:  # ints, floats and bools go straight to struct, which checks range and type
+    elif kind == "bool":  # (struct's "?" takes anything by its truth: "false" would be true)
+        w.emit(f"{v} = {src} if {src}.__class__ is bool else _C.bool_value(_ctx, {a}, {src})")
+    else:  # ints and floats go straight to struct, which checks range and type, but takes a tensor's value
         values[arg.param] = src
+        w.emit(f"if {src}.__class__ is _Tensor: _fail.scalar_tensor(_ctx, {a}, {src})")
         if arg.multiple_of:
             w.emit(f"if {src} % {arg.multiple_of}: _fail.multiple(_ctx, {a}, {src})")

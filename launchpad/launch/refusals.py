@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numbers
 import struct
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -14,10 +15,13 @@ from ..core.params import Param
 from ..core.spec import Arg, LaunchPlan, constexpr_positions, names_by_position
 from ..errors import ArgumentError, ArgumentTypeError
 from . import checks as _checks
+from . import config as _config
 from .checks import MISSING, Context
-from .describe import no_config
 
-__all__ = ["MISSING", "Fail"]
+__all__ = ["LAUNCH_OPTIONS", "MISSING", "Fail", "place_named"]
+
+#: Keyword options of a launch; a kernel argument of the same name takes the keyword instead.
+LAUNCH_OPTIONS = ("shared_mem", "stream", "cluster", "cooperative", "pdl")
 
 
 class Fail:
@@ -39,13 +43,22 @@ class Fail:
 
     @staticmethod
     def no_config(ctx: Context, plan: LaunchPlan, grid: Any, block: Any, call: str) -> None:
-        """Refuse ``launch`` or ``bind`` called without its grid or its block (see :func:`~launchpad.launch.describe.no_config`)."""
+        """Refuse ``launch`` or ``bind`` called without its grid or its block (Python's own TypeError
+        would name neither the kernel nor what comes first). The arguments listed are those to give:
+        not a constexpr the binary fixed (Triton's ``BLOCK``), which may be left out."""
         lacks = " and ".join(w for w, v in (("the grid", grid), ("the block", block)) if v is MISSING)
-        raise no_config(ctx, lacks, call, plan.block)
+        left_out = constexpr_positions(ctx.args)
+        names = [n for i, n in enumerate(names_by_position(ctx.args)) if i not in left_out]
+        own = f" (None: the kernel's own, {plan.block})" if plan.block else ""
+        takes = f"then the kernel's arguments ({', '.join(names)})" if names else "and no arguments"
+        raise ArgumentTypeError(
+            f"kernel {ctx.kernel_name!r}: {call}(grid, block, *args) was called without {lacks}: it takes the grid, "
+            f"the block{own}, {takes}; or write kernel[grid, block](*args)"
+        )
 
     @staticmethod
     def block(ctx: Context, block: Any, max_threads: int) -> None:
-        x, y, z = _checks.dims(block, "block", ctx)
+        x, y, z = _config.dims(block, "block", ctx)
         raise ArgumentError(
             f"kernel {ctx.kernel_name!r}: block {block!r} has {x * y * z} threads, "
             f"the kernel allows at most {max_threads} per block"
@@ -102,10 +115,49 @@ class Fail:
         raise ArgumentError(f"kernel {ctx.kernel_name!r}: packing the arguments failed: {error}") from error
 
     @staticmethod
+    def scalar_tensor(ctx: Context, arg: Arg, value: torch.Tensor) -> None:
+        """Refuse a tensor for a scalar parameter: struct would read its value, a wait for the device."""
+        p = ctx.params[arg.param]
+        raise ctx.error(arg, f"expected a Python {p.kind} for this {p.type or p.kind} value, got "
+                             f"{_checks.describe(value)}: pass its value (t.item()), or make the parameter a pointer",
+                        ArgumentTypeError)  # fmt: skip
+
+    @staticmethod
     def value(ctx: Context, arg: Arg, p: Param, value: Any, exc: Exception) -> None:
         """Say why ``value`` cannot be packed as parameter ``p`` (``exc``: struct's refusal)."""
-        if p.kind in ("int", "untyped") and isinstance(value, int):
-            raise ctx.error(arg, f"{value} is out of range for {p.type or f'{p.size} bytes'}") from None
+        number = hasattr(value, "__index__") and not isinstance(value, (bool, torch.Tensor))
+        if p.kind in ("int", "untyped") and number:  # (numpy's ints too: struct's words name its format)
+            raise ctx.error(arg, f"{int(value)} is out of range for {p.type or f'{p.size} bytes'}") from None
+        if p.kind == "float" and isinstance(exc, OverflowError):
+            raise ctx.error(arg, f"{value!r} is out of range for {p.type or f'a {p.size}-byte float'}") from None
         raise ctx.error(
             arg, f"cannot pack {_checks.describe(value)} as {p.type or p.kind}: {exc}", ArgumentTypeError
         ) from None
+
+
+def place_named(ctx: Context, names: Sequence[str], given: Sequence[Any], kw: dict[str, Any],
+                call: str) -> tuple[list[Any], dict[str, Any]]:  # fmt: skip
+    """``[grid, block, *args]`` of a call given ``given`` by position (MISSING where left out) and
+    ``kw`` by name (the grid, the block, the kernel's arguments), and its launch options; a name given
+    twice or unknown is refused, in the words Python would use but naming the kernel."""
+    values = list(given)
+    while values and values[-1] is MISSING:  # (the fast launch's defaults)
+        values.pop()
+    values += [MISSING] * (2 + len(names) - len(values))
+    position = {"grid": 0, "block": 1, **{n: 2 + i for i, n in enumerate(names)}}
+    options = {}
+    for key, value in kw.items():
+        i = position.get(key)
+        if i is not None:
+            if values[i] is not MISSING:
+                raise ArgumentTypeError(f"kernel {ctx.kernel_name!r}: {call}() got multiple values for argument "
+                                        f"{key!r}")  # fmt: skip
+            values[i] = value
+        elif key in LAUNCH_OPTIONS:
+            options[key] = value
+        else:
+            raise ArgumentTypeError(
+                f"kernel {ctx.kernel_name!r}: {call}() got an unexpected keyword argument {key!r} (arguments: "
+                f"{', '.join(names) or 'none'}; options: {', '.join(LAUNCH_OPTIONS)})"
+            )
+    return values, options

@@ -28,6 +28,7 @@ import torch
 from ..core import driver as _driver
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError
 from ..launch import checks as _checks
+from ..launch import config as _config
 from ..launch.executor import SK_INT, SK_UINT
 from .analysis import Leaf, Use
 from .outputs import Index
@@ -54,7 +55,7 @@ def replay(st: SequenceState, args: tuple, kwargs: dict) -> Any:
     refuse_broken(st)
     new = _named(st, args, kwargs)
     _follow_left_out(st, new)
-    device = _checks.device_of_launch(None)
+    device = _config.device_of_launch(None)
     if device != st.device:
         raise ArgumentError(f"this sequence was recorded on cuda:{st.device}, but the current device is "
                             f"cuda:{device}")  # fmt: skip

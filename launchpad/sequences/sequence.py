@@ -52,6 +52,7 @@ import torch
 from ..core import driver as _driver
 from ..errors import ArgumentError, ArgumentTypeError, LaunchpadError, LaunchpadWarning, RecordError
 from ..launch import checks as _checks
+from ..launch import config as _config
 from ..launch import executor as _executor
 from . import capture as _capture
 from . import creplay as _creplay
@@ -112,13 +113,50 @@ def record(fn: Callable[..., Any], /, *args: Any, warmup: bool | int = True, com
         cannot be captured (it synchronizes with the host).
     ArgumentError
         An argument that cannot be an input (a CPU tensor, a tensor on another device, a string).
+    ArgumentTypeError
+        ``fn`` is a kernel or a configured launch (``k[grid, block]``) rather than a function that
+        launches; ``warmup``, ``compiled``, ``host_updates`` or ``generators`` of the wrong type.
+    RecordError
+        Torch's current stream is capturing already (inside ``torch.cuda.graph``): refused before
+        anything runs.
     """
+    # The options' checks, before anything runs: "3" or 2.5 would pass int() as counts, "no" is truthy,
+    # a lone generator is not iterable, and a kernel given as fn fails binding with a message about *args.
+    if hasattr(fn, "spec") and hasattr(fn, "display_name"):  # a Kernel (sequences import nothing above launch)
+        ins, config = ", ".join(fn.spec.arg_names), "grid" if fn.spec.plan.block else "grid, block"
+        raise ArgumentTypeError(f"launchpad.record takes a function that launches, got kernel {fn.display_name!r}: "
+                                f"write lp.record(lambda {ins}: k[{config}]({ins}), {ins})")  # fmt: skip
+    if not isinstance(warmup, (bool, int, np.integer, np.bool_)):  # (a negative count: distributed.prepared says)
+        fix = f": write warmup={int(warmup)}" if isinstance(warmup, str) and warmup.strip().isdigit() else ""
+        raise ArgumentTypeError(f"launchpad.record: warmup takes a bool or an int >= 0 (a count of warm-up runs), "
+                                f"got {type(warmup).__name__} {warmup!r:.40}{fix}")  # fmt: skip
+    for option, value in (("compiled", compiled), ("host_updates", host_updates)):
+        if not isinstance(value, bool) and (value is not None or option == "host_updates"):
+            takes = "a bool or None" if option == "compiled" else "a bool"
+            raise ArgumentTypeError(f"launchpad.record: {option} takes {takes}, got {type(value).__name__} "
+                                    f"{value!r:.40}: write {option}=True or {option}=False")  # fmt: skip
+    lone = isinstance(generators, torch.Generator) or not isinstance(generators, Iterable)
+    gens = () if lone else tuple(generators)
+    stray = [g for g in gens if not isinstance(g, torch.Generator)]
+    if lone or stray:
+        got = (
+            f"{type(generators).__name__} {generators!r:.60}: write [gen]"
+            if lone
+            else (
+                f"one holding {type(stray[0]).__name__} {stray[0]!r:.40}: pass the torch.Generator objects fn draws from"
+            )
+        )
+        raise ArgumentTypeError(f"launchpad.record: generators takes a list of torch.Generator, got {got}")  # fmt: skip
     values, positional, parameters = _bind(fn, args, kwargs)
-    device = _checks.device_of_launch(None)
+    device = _config.device_of_launch(None)
+    if _driver.stream_is_capturing(_checks.current_raw_stream(device)):  # (its captures would nest in that one)
+        raise RecordError("launchpad.record cannot record inside another capture (torch's current stream is "
+                          "capturing a CUDA graph: torch.cuda.graph, or a capture of its own): call launchpad.record "
+                          "outside the capture, and replay the sequence outside it too")  # fmt: skip
     for name, value in values.items():
         values[name] = _input_value(name, value, device)
     with _distributed.prepared(fn, values, device, warmup) as steps:  # (what DDP needs: see distributed.py)
-        made = _record(fn, values, device, steps, compiled, tuple(generators), (positional, parameters),
+        made = _record(fn, values, device, steps, compiled, gens, (positional, parameters),
                        host_updates)  # fmt: skip
     # (closed before a process group is destroyed, if it holds NCCL work)
     return _distributed.track(made, made._state.plan.nodes)
@@ -202,11 +240,15 @@ def _bind(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[dict[str, 
         signature = inspect.signature(fn)
         bound = signature.bind(*args, **kwargs)
     except (TypeError, ValueError) as exc:
-        raise ArgumentTypeError(f"launchpad.record: {getattr(fn, '__name__', fn)!r} cannot take these "
-                                f"arguments: {exc}") from None  # fmt: skip
+        raise ArgumentTypeError(f"launchpad.record: {getattr(fn, '__name__', fn)!r} cannot take these arguments: "
+                                f"{exc} (record a function that names each input and launches: lp.record(lambda x, n: "
+                                f"k[grid, block](x, n), x, n))") from None  # fmt: skip
     parameters = signature.parameters.values()
     if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
-        raise ArgumentTypeError("launchpad.record: the function must name each input (no *args or **kwargs)")
+        raise ArgumentTypeError(
+            "launchpad.record: the function must name each input (no *args or **kwargs): for a "
+            "launch k[grid, block], record lp.record(lambda x, n: k[grid, block](x, n), x, n)"
+        )
     positional = 0
     for p in parameters:
         if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or p.name not in bound.arguments:

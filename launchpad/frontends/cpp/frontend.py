@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.binary import kernels_in_image
-from ...core.params import type_size
+from ...core.params import parse_signature, type_size
 from ...core.spec import KernelSpec, plain_args, spec_from_image
 from ...core.toolchain import compile_object, compile_program, resolve_arch
 from ...core.toolchain import link as link_objects
@@ -102,8 +102,11 @@ def compile_cuda_module(
 ) -> dict[str, Kernel]:
     """Compile several kernels of one source at once; return them by the names given."""
     _check_names(source, names)
-    arch = resolve_arch(arch, kernel=names)
     signatures = signatures or {}
+    for name, signature in signatures.items():  # before compiling, and naming the kernel (spec_from_image cannot)
+        if signature is not None:
+            parse_signature(signature, kernel=name)
+    arch = resolve_arch(arch, kernel=names)
     cubin, symbols, probed = _compile_probed(source, names, arch, std, defines, include_dirs, options)
     kernels = {}
     for name in names:
@@ -128,6 +131,14 @@ def _check_names(source: Any, names: Any) -> None:
                                 f"write [{names!r}]")  # fmt: skip
     if not isinstance(source, str):
         raise ArgumentTypeError(f"compile_cuda: the source must be a str of CUDA C++, got {type(source).__name__}")
+    if isinstance(names, Sequence) and not names:  # it would compile the source and return no kernel
+        declared = declared_kernels(source, ())  # the text's kernels: no compile on this path
+        listing = f"; the source defines {', '.join(map(str, declared))}" if declared else ""
+        if declared and not any(d.template for d in declared):  # a template's name is no name expression
+            listing += f": write [{', '.join(repr(d.name) for d in declared)}]"
+        elif declared:
+            listing += " (a template by an instance: its template arguments in <>)"
+        raise ArgumentError(f"compile_cuda_module takes at least one kernel name, got none{listing}")
     for name in names:
         if not isinstance(name, str):
             raise ArgumentTypeError(f"compile_cuda: a kernel's name must be a str, got {type(name).__name__}")
@@ -230,6 +241,8 @@ def link(
 ) -> Kernel:
     """Link objects (LTO-IR, PTX, cubins, fatbins: ObjectCode, bytes or paths) with nvJitLink
     into a cubin, and return its kernel ``name`` (the entry symbol)."""
+    if signature is not None:
+        parse_signature(signature, kernel=display_name or name)  # before linking, and naming the kernel
     arch = resolve_arch(arch, kernel=display_name or name)
     cubin = link_objects(objects, arch, lto=lto, what=f"kernel {display_name or name!r}")
     spec = spec_from_image(cubin, "cubin", name, signature=signature, display_name=display_name,

@@ -15,6 +15,7 @@ cache folder and loading a saved artifact never import it.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable
 from typing import Any
 
@@ -22,7 +23,7 @@ from ...core.spec import KernelSpec
 from ...errors import ArgumentError, ArgumentTypeError, CompileError, LaunchpadError, NoDeviceError
 from ...kernel import Kernel
 from .cache_folder import ttir_leaves
-from .spec import Leaf, build_spec, divisible16, jsonable, with_writes
+from .spec import Leaf, build_spec, divisible16, jsonable, not_a_triton_type, with_writes
 from .versions import check_installed, convention
 
 __all__ = ["from_triton", "source_class", "with_source"]
@@ -149,6 +150,40 @@ def _run_options(jit_fn: Any, kwargs: dict, backend: Any) -> dict:
     return kwargs
 
 
+def _refuse_unknown(jit_fn: Any, where: str, keys: Iterable[Any]) -> None:
+    """Refuse names in ``where`` (signature, constexprs, attrs) that are no argument of ``jit_fn``,
+    each with the argument it is closest to: left unrefused, a misspelled constexpr would be
+    reported as the real one having no value, and never named."""
+    names = list(jit_fn.arg_names)
+    unknown = [k for k in keys if isinstance(k, str) and k not in names]
+    if not unknown:
+        return
+    close = {u: difflib.get_close_matches(u, names, n=1) for u in unknown}
+    if len(unknown) == 1:
+        (u,) = unknown
+        which = f"{u!r}" + (f"; did you mean {close[u][0]!r}?" if close[u] else "")
+    else:
+        which = ", ".join(f"{u!r}" + (f" (did you mean {close[u][0]!r}?)" if close[u] else "") for u in unknown)
+    raise ArgumentError(
+        f"from_triton: {where} names unknown arguments {unknown}: no argument of kernel {jit_fn.__name__!r} is "
+        f"named {which} (its arguments: {', '.join(names)})"
+    )
+
+
+def _check_types(jit_fn: Any, sig: dict) -> None:
+    """Refuse a signature type that is a C, NumPy or torch name (``int``, ``float*``, ``torch.float32``),
+    which Triton reports as a bare ``KeyError`` from deep inside its compiler, naming the Triton type."""
+    for name, ty in sig.items():
+        for leaf in ty if isinstance(ty, (tuple, list)) else (ty,):
+            why = not_a_triton_type(leaf)
+            if why is None and not isinstance(leaf, (str, tuple, list, type(None))):  # (None: _source_leaves says)
+                why = f"{leaf!r:.60} is not a Triton type: write it as a string, e.g. '*fp32' or 'i32'"
+            if why is not None:
+                raise (ArgumentError if isinstance(leaf, str) else ArgumentTypeError)(
+                    f"kernel {jit_fn.__name__!r}, argument {name!r}: signature type {why}"
+                )
+
+
 def _signature_of(jit_fn: Any, signature: Any, constexprs: dict) -> dict:
     """A full ASTSource signature: name -> type, with "constexpr" for every constant."""
     names = list(jit_fn.arg_names)
@@ -157,11 +192,13 @@ def _signature_of(jit_fn: Any, signature: Any, constexprs: dict) -> dict:
         signature = {}
     if isinstance(signature, dict):
         sig = dict(signature)
-        unknown = [k for k in sig if k not in names]
-        if unknown:
-            raise ArgumentError(
-                f"kernel {jit_fn.__name__!r}: signature names unknown arguments {unknown} (arguments: {names})"
-            )
+        _refuse_unknown(jit_fn, "signature", sig)
+    elif not isinstance(signature, Iterable):
+        raise ArgumentTypeError(
+            f"kernel {jit_fn.__name__!r}: signature takes a dict of argument name -> Triton type "
+            f"({{'x_ptr': '*fp32', 'n': 'i32'}}), or the types of the arguments that are not constexprs in order, "
+            f"as a string ('*fp32, i32') or a list; got {type(signature).__name__} {signature!r:.60}"
+        )
     else:
         words = [w.strip() for w in signature.split(",")] if isinstance(signature, str) else list(signature)
         runtime = [n for n, p in zip(names, jit_fn.params) if n not in const_names and not p.is_constexpr]
@@ -176,16 +213,47 @@ def _signature_of(jit_fn: Any, signature: Any, constexprs: dict) -> dict:
     missing = [n for n in names if n not in sig]
     if missing:
         raise ArgumentError(f"kernel {jit_fn.__name__!r}: no type or constexpr value for arguments {missing}")
+    _check_types(jit_fn, sig)
     return {n: sig[n] for n in names}
 
 
 def _attrs_of(jit_fn: Any, attrs: Any) -> dict:
     names = list(jit_fn.arg_names)
     out = {}
+    _refuse_unknown(jit_fn, "attrs", attrs or {})
     for key, value in (attrs or {}).items():
         path = (names.index(key),) if isinstance(key, str) else (key,) if isinstance(key, int) else tuple(key)
         out[path] = [["tt.divisibility", 16]] if value in ("D", 16) else value
     return out
+
+
+#: The compile options that take a count: a string or float there fails deep inside Triton's compiler.
+_INT_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+def _check_option_types(jit_fn: Any, options: dict) -> None:
+    for name in _INT_OPTIONS:
+        value = options.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            fix = f": write {name}={int(value)}" if isinstance(value, str) and value.strip().isdigit() else ""
+            raise ArgumentTypeError(
+                f"from_triton (kernel {jit_fn.__name__!r}): {name} takes an int, got {type(value).__name__} "
+                f"{value!r:.40}{fix}"
+            )
+
+
+def _refuse_unknown_options(jit_fn: Any, options: dict, backend: Any) -> None:
+    """Refuse an option Triton's options class does not have: Triton drops those silently, so a
+    misspelled ``num_wraps=4`` would compile with the default number of warps."""
+    known = sorted(backend.parse_options({}).__dict__)
+    for name in options:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"its options are {', '.join(known)}"
+            raise ArgumentError(
+                f"from_triton (kernel {jit_fn.__name__!r}): {name!r} is not a Triton compile option "
+                f"(Triton would ignore it); {hint}"
+            )
 
 
 def _compile_jit(
@@ -205,6 +273,8 @@ def _compile_jit(
                else f"{type(jit_fn).__name__} {jit_fn!r:.80}")  # fmt: skip
         raise ArgumentTypeError(f"from_triton takes a @triton.jit function or a CompiledKernel, got {got}")
     constexprs = dict(constexprs or {})
+    _refuse_unknown(jit_fn, "constexprs", constexprs)
+    _check_option_types(jit_fn, options)
     for p in jit_fn.params:  # constexpr arguments left out take their defaults, as at a launch
         if p.is_constexpr and p.name not in constexprs:
             if not p.has_default:
@@ -214,6 +284,7 @@ def _compile_jit(
             constexprs[p.name] = p.default
     target = _target(target)
     backend = make_backend(target)
+    _refuse_unknown_options(jit_fn, options, backend)
     options = _run_options(jit_fn, {k: v for k, v in options.items() if v is not None}, backend)
     src = source_class(jit_fn)(
         jit_fn, _signature_of(jit_fn, signature, constexprs), constexprs, _attrs_of(jit_fn, attrs)
@@ -279,7 +350,12 @@ def from_triton(
         Triton could not compile the jit function (the message names it; Triton's own error,
         with its source location, is the log and the ``__cause__``).
     ArgumentError
-        The signature, constexprs or target do not fit the jit function.
+        The signature, constexprs, attrs or target do not fit the jit function (a name that is no
+        argument of it, with the closest one; a C or torch type name, with the Triton type), or an
+        option is not one of Triton's (with the closest one: Triton would ignore it).
+    ArgumentTypeError
+        The signature is not a dict, string or list, or a count option (``num_warps``,
+        ``num_stages``, ``num_ctas``, ``maxnreg``) is not an int.
     BinaryError
         The cubin does not hold the kernel the metadata names, or is damaged.
     """

@@ -18,6 +18,7 @@ from typing import Any
 
 from ...core.spec import KernelSpec
 from ...launch import checks as _checks
+from ...launch import config as _config
 from ...launch import hooks as _hooks
 
 __all__ = ["TritonHooks"]
@@ -54,7 +55,7 @@ class TritonHooks:
         if stream is None:
             stream = (devices.current_stream or _checks.current_raw_stream)(device)
         elif not isinstance(stream, int):
-            stream = _checks.stream_of(stream)[0]
+            stream = _config.stream_of(stream)[0]
         function = self.loader.entry(device)[3]
         data = LazyDict({"name": self.spec.name, "function": function, "stream": stream})
         if self.launch_metadata is not None:

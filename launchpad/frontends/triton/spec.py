@@ -28,7 +28,17 @@ from ...errors import ArgumentError, BinaryError
 from .versions import Convention, convention
 from .writes import written_arguments
 
-__all__ = ["TENSORDESC", "Leaf", "build_spec", "jsonable", "launch_plan", "spec_metadata", "type_word", "with_writes"]
+__all__ = [
+    "TENSORDESC",
+    "Leaf",
+    "build_spec",
+    "jsonable",
+    "launch_plan",
+    "not_a_triton_type",
+    "spec_metadata",
+    "type_word",
+    "with_writes",
+]
 
 
 @dataclass(frozen=True)
@@ -59,6 +69,49 @@ def type_word(ty: str) -> str:
     if ty == "nvTmaDesc":  # Triton 3.4's pre-encoded CUtensorMap, passed by value
         return "bytes128"
     return ty
+
+
+# C, CUDA, NumPy and torch names of scalar types that are not Triton's, and the Triton type of each
+_TRITON_NAMES = {
+    **dict.fromkeys(("int", "int32", "int32_t", "signed", "signed int"), "i32"),
+    **dict.fromkeys(("long", "long long", "int64", "int64_t", "long int", "ssize_t", "ptrdiff_t"), "i64"),
+    **dict.fromkeys(("short", "int16", "int16_t"), "i16"),
+    **dict.fromkeys(("char", "int8", "int8_t", "signed char"), "i8"),
+    **dict.fromkeys(("unsigned", "unsigned int", "uint", "uint32", "uint32_t"), "u32"),
+    **dict.fromkeys(("unsigned long", "unsigned long long", "uint64", "uint64_t", "size_t"), "u64"),
+    **dict.fromkeys(("unsigned short", "uint16", "uint16_t"), "u16"),
+    **dict.fromkeys(("unsigned char", "uint8", "uint8_t", "byte"), "u8"),
+    **dict.fromkeys(("bool", "boolean"), "i1"),
+    **dict.fromkeys(("float", "float32", "f32", "single"), "fp32"),
+    **dict.fromkeys(("double", "float64", "f64"), "fp64"),
+    **dict.fromkeys(("half", "float16", "f16", "__half"), "fp16"),
+    **dict.fromkeys(("bfloat16", "bfloat", "__nv_bfloat16", "nv_bfloat16"), "bf16"),
+}
+
+
+def not_a_triton_type(ty: Any) -> str | None:
+    """Why a signature type is a common non-Triton name (``"int"``, ``"float*"``, ``torch.float32``),
+    with the Triton type to write instead; None for anything else, which Triton judges."""
+    if isinstance(ty, type) and ty.__name__ in _TRITON_NAMES:  # the builtin int, float, bool
+        return f"{ty.__name__} is not a Triton type: write {_TRITON_NAMES[ty.__name__]!r}"
+    if type(ty).__name__ == "dtype" and str(ty).startswith("torch."):  # a torch.dtype, without importing torch
+        word = _TRITON_NAMES.get(str(ty)[6:])
+        if word is None:
+            return f"{ty} is not a Triton type: write a Triton type as a string ('*fp32' for a pointer)"
+        return f"{ty} is not a Triton type: write '*{word}' for a pointer (a tensor), {word!r} for a scalar"
+    if not isinstance(ty, str):
+        return None
+    text = " ".join(ty.replace("*", " * ").split())  # "const float *" and "float*" alike
+    pointer = text.endswith(" *") or text.startswith("* ")
+    base = text.strip("* ").removeprefix("const ").removesuffix(" const").strip()
+    torch_name = base.startswith("torch.")
+    base = base.removeprefix("torch.").removeprefix("np.").removeprefix("numpy.").removeprefix("tl.")
+    word = _TRITON_NAMES.get(base) or (base if base in _TRITON_NAMES.values() and ty.strip().endswith("*") else None)
+    if word is None:
+        return None
+    if torch_name and not pointer:  # a tensor's dtype, most likely: its pointer first
+        return f"{ty!r} is not a Triton type: write '*{word}' for a pointer (a tensor), {word!r} for a scalar"
+    return f"{ty!r} is not a Triton type: write {('*' + word) if pointer else word!r}"
 
 
 def divisible16(attrs: Any) -> bool:

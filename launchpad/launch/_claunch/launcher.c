@@ -253,7 +253,8 @@ PyObject *lp_launch(Launcher *self, PyObject *grid, PyObject *block, PyObject *c
     if (stream == NULL || stream == Py_None) {
         if (lp_current_stream(self->get_stream, self->api, L.device, &L.stream) != LP_OK) goto done;
     } else if (PyLong_CheckExact(stream)) {  /* a raw handle on the current device (0: the legacy default) */
-        L.stream = PyLong_AsVoidPtr(stream);
+        /* unsigned: -1 is no handle (the Python executor says so), where PyLong_AsVoidPtr takes it */
+        L.stream = (void *)(uintptr_t)PyLong_AsUnsignedLongLong(stream);
         if (PyErr_Occurred()) {
             PyErr_Clear();
             goto done;
