@@ -37,7 +37,6 @@ __all__ = ["KERNEL_TYPES", "Kernel", "from_image", "load", "load_cubin"]
 #: further (the cache is emptied when full).
 _CONFIG_CACHE_SIZE = 256
 
-
 #: Kernel classes by ``spec.metadata["frontend"]`` for front ends whose launches are configured their
 #: own way (Warp's ``kernel[dim]``), registered by them on import: what :func:`load` makes of their
 #: artifacts.

@@ -258,7 +258,7 @@ class Executor:
         launch = self.launch
 
         def relaunch(*new_args: Any, **named: Any) -> None:
-            # the arguments given, by position or by name, replace the bound ones; options add to its own
+            # the arguments and options given, by position or by name, replace the bound ones for this call
             (_, _, *values), extra = place_named(ctx, names, (grid, block, *new_args), named, "launch")
             merged = [args[i] if v is _pylaunch.MISSING and i < len(args) else v for i, v in enumerate(values)]
             launch(grid, block, *merged, **{**fixed, **extra})
