@@ -307,6 +307,22 @@ def cmd_bench(args: argparse.Namespace) -> int:
 # --- entry point ---------------------------------------------------------------------------------
 
 
+def _count(text: str) -> int:
+    """A count argument (``-n``, ``--rounds``, ``--batch``): a whole number of at least 1."""
+    if not text.strip().isdecimal() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"takes a whole number of at least 1, not {text!r}")
+    return int(text)
+
+
+def _results_folder(text: str) -> Path:
+    """``bench --out``: the folder latest.json, latest.md and latest.png are written in."""
+    path = Path(text)
+    if path.is_file() or (not path.exists() and path.suffix in (".json", ".md", ".png")):
+        raise argparse.ArgumentTypeError(f"names a folder, not a file: latest.json, latest.md and latest.png are "
+                                         f"written in it (say --out {path.with_suffix('')})")  # fmt: skip
+    return path
+
+
 def _bench_description(width: int = 80) -> str:
     """``bench --help``'s text: what it measures, section by section, and which sections need a GPU."""
     from .bench.runner import GPU_SECTIONS, SECTION_HELP
@@ -335,7 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("demo", help="compile a templated saxpy; launch and check it when there is a GPU")
-    p.add_argument("-n", type=int, default=1 << 20, help="number of elements (default 1048576)")
+    p.add_argument("-n", type=_count, default=1 << 20, help="number of elements (default 1048576)")
     p.set_defaults(func=cmd_demo)
 
     from .bench.runner import SECTION_HELP
@@ -348,13 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--quick", action="store_true", help="fewer rounds and sweep points (under a minute)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="where results go (default: ./launchpad-bench; a checkout's recorded results are written only when "
-        "asked, --out benchmarks/results)",
-    )
+    p.add_argument("--out", type=_results_folder, default=None, help="the folder results go in (default: "
+                   "./launchpad-bench; a checkout's recorded results are written only when asked, --out benchmarks/results)")  # fmt: skip
     p.add_argument(
         "--only",
         action="append",
@@ -362,8 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated sections ({', '.join(SECTION_HELP)}), groups (cutile) and/or launcher names (globs allowed)",
     )
     p.add_argument("--load-inline", action="store_true", help="also time torch load_inline (slow: tens of seconds)")
-    p.add_argument("--rounds", type=int, default=None, help="override the number of timed batches per launcher")
-    p.add_argument("--batch", type=int, default=None, help="override the launches per timed batch")
+    p.add_argument("--rounds", type=_count, default=None, help="override the number of timed batches per launcher")
+    p.add_argument("--batch", type=_count, default=None, help="override the launches per timed batch")
     p.set_defaults(func=cmd_bench)
 
     p = sub.add_parser("inspect", help="kernels, parameter layout, registers of a cubin/fatbin/PTX/artifact")

@@ -334,6 +334,46 @@ def test_bench_rejects_unknown_names(capsys):
     assert "unknown name in --only: no_such_launcher" in err and "lp_triton" in err
 
 
+@pytest.mark.parametrize(
+    "argv, option, given",
+    [(["bench", "--rounds", "0"], "--rounds", "0"), (["bench", "--rounds", "-3"], "--rounds", "-3"),
+     (["bench", "--batch", "2.5"], "--batch", "2.5"), (["demo", "-n", "-5"], "-n", "-5"),
+     (["demo", "-n", "0"], "-n", "0"), (["demo", "-n", "lots"], "-n", "lots")],
+)  # fmt: skip
+def test_counts_must_be_whole_numbers_of_at_least_one(argv, option, given, capsys, monkeypatch):
+    # before: --rounds 0 and -3 ran one round each (Config.make's max(1, ...)) and said nothing;
+    # demo -n -5 reached torch.randn(-5) on a GPU
+    from launchpad.bench import runner
+
+    monkeypatch.setattr(runner, "run", lambda **kw: pytest.fail("bench ran"))
+    monkeypatch.setattr(cli, "cmd_demo", lambda args: pytest.fail("demo ran"))
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(argv)
+    assert exit_info.value.code == 2
+    assert f"error: argument {option}: takes a whole number of at least 1, not {given!r}" in capsys.readouterr().err
+
+
+def test_bench_out_names_a_folder(tmp_path, capsys, monkeypatch):
+    # before: --out x.json made a folder named x.json and wrote latest.* in it
+    from launchpad.bench import runner
+
+    ran = []
+    monkeypatch.setattr(runner, "run", lambda **kw: ran.append(kw["out"]) or 0)
+    for out in (tmp_path / "x.json", tmp_path / "report.md"):
+        with pytest.raises(SystemExit):
+            cli.main(["bench", "--out", str(out)])
+        err = capsys.readouterr().err
+        assert "error: argument --out: names a folder, not a file: latest.json, latest.md and latest.png" in err
+        assert f"(say --out {out.with_suffix('')})" in err and not out.exists()
+    existing = tmp_path / "notes"
+    existing.write_text("mine")
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--out", str(existing)])
+    assert "names a folder, not a file" in capsys.readouterr().err and existing.read_text() == "mine"
+    assert cli.main(["bench", "--out", str(tmp_path / "run.1"), "--rounds", "3"]) == 0  # a folder's name may hold a dot
+    assert ran == [tmp_path / "run.1"]
+
+
 def test_no_command_prints_usage(capsys):
     assert cli.main([]) == 2
     assert "usage: launchpad" in capsys.readouterr().out
